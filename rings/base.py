@@ -1,0 +1,224 @@
+"""The ring trait: a scalar face for readability and tests, a batched face for the engine.
+
+A ring ``(D, +, *, 0, 1)`` (F-IVM Definition 1) is described by a :class:`Ring` object.
+Elements of the *scalar face* are small Python values (ints, floats, tuples, dataclasses).
+The *batched face* holds ``n`` payloads at once in arrays (a ring-specific batch object) and
+applies each operation to whole batches; the engine only ever calls the batched face on hot
+paths.  Rings know nothing of views, keys or joins: the engine aligns batches and hands them
+over.
+
+Conventions shared by every ring:
+
+* a batch has a length (:meth:`Ring.batch_len`); binary batched operations take aligned
+  batches of equal length and work element by element;
+* :meth:`Ring.batch_sum_by` is the scatter-add of marginalization: element ``i`` is added into
+  group ``groups[i]``; the result has ``n_groups`` elements (empty groups are zero);
+* :meth:`Ring.batch_scatter_add` accumulates into a stored batch in place where it can
+  (``slots`` are unique) and returns the stored batch;
+* the *lifting function* of a variable ``X`` (``g_X`` in F-IVM) is :meth:`Ring.lift` /
+  :meth:`Ring.batch_lift`; variables the ring does not lift (not in
+  :attr:`Ring.lifted_variables`) are lifted to the ring's one, which the engine skips;
+* the zero test is exact: a payload is zero only when every component is zero (a covariance
+  payload with count 0 and non-zero sums is *not* zero).  :meth:`Ring.batch_is_negligible`
+  is the engine's test for dropping stored keys whose payload cancelled up to rounding.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from functools import reduce
+from typing import Any, ClassVar, Generic, TypeVar
+
+import numpy as np
+
+E = TypeVar("E")  # scalar element
+B = TypeVar("B")  # batch of elements
+
+
+class RingError(ValueError):
+    """Raised on invalid ring input: bad lift values, mismatched payloads or rings."""
+
+
+class Ring(ABC, Generic[E, B]):
+    """A ring with a scalar face (elements ``E``) and a batched face (batches ``B``)."""
+
+    name: ClassVar[str] = "ring"
+    #: True when ``a * b == b * a`` for all elements.
+    commutative: ClassVar[bool] = True
+
+    # ------------------------------------------------------------------ scalar face
+    @abstractmethod
+    def zero(self) -> E:
+        """The additive identity."""
+
+    @abstractmethod
+    def one(self) -> E:
+        """The multiplicative identity."""
+
+    @abstractmethod
+    def add(self, a: E, b: E) -> E:
+        """``a + b``."""
+
+    @abstractmethod
+    def mul(self, a: E, b: E) -> E:
+        """``a * b``."""
+
+    @abstractmethod
+    def neg(self, a: E) -> E:
+        """The additive inverse ``-a``."""
+
+    @abstractmethod
+    def is_zero(self, a: E) -> bool:
+        """Exact zero test over every component."""
+
+    @abstractmethod
+    def equal(self, a: E, b: E, rtol: float = 0.0, atol: float = 0.0) -> bool:
+        """Component-wise equality; floating components within ``atol + rtol * |b|``."""
+
+    @property
+    def lifted_variables(self) -> frozenset[str]:
+        """Variables with a non-trivial lifting function; all others lift to :meth:`one`."""
+        return frozenset()
+
+    def lift(self, variable: str, value: Any) -> E:
+        """The lifting function ``g_variable(value)``."""
+        if variable not in self.lifted_variables:
+            return self.one()
+        return self.batch_to_list(self.batch_lift(variable, np.asarray([value])))[0]
+
+    def sub(self, a: E, b: E) -> E:
+        """``a - b``."""
+        return self.add(a, self.neg(b))
+
+    def scale(self, a: E, k: int) -> E:
+        """``k * a`` for an integer multiplicity ``k`` (repeated addition)."""
+        return self.batch_to_list(self.batch_scale(self.batch_from([a]), np.asarray([k])))[0]
+
+    @abstractmethod
+    def to_bytes(self, a: E) -> bytes:
+        """Serialize one element (checkpoints, moving payloads between processes)."""
+
+    @abstractmethod
+    def from_bytes(self, data: bytes) -> E:
+        """Inverse of :meth:`to_bytes`."""
+
+    # ----------------------------------------------------------------- batched face
+    @abstractmethod
+    def batch_zeros(self, n: int) -> B:
+        """A batch of ``n`` zeros."""
+
+    @abstractmethod
+    def batch_ones(self, n: int) -> B:
+        """A batch of ``n`` ones."""
+
+    @abstractmethod
+    def batch_from(self, elements: Sequence[E]) -> B:
+        """Pack scalar elements into a batch."""
+
+    @abstractmethod
+    def batch_to_list(self, batch: B) -> list[E]:
+        """Unpack a batch into scalar elements."""
+
+    @abstractmethod
+    def batch_len(self, batch: B) -> int:
+        """Number of elements in the batch."""
+
+    @abstractmethod
+    def batch_take(self, batch: B, index: np.ndarray) -> B:
+        """Gather elements ``batch[index]`` (``index`` an int array)."""
+
+    @abstractmethod
+    def batch_concat(self, batches: Sequence[B]) -> B:
+        """Concatenate batches."""
+
+    @abstractmethod
+    def batch_add(self, a: B, b: B) -> B:
+        """Element-wise ``a + b``."""
+
+    @abstractmethod
+    def batch_neg(self, a: B) -> B:
+        """Element-wise ``-a``."""
+
+    @abstractmethod
+    def batch_mul(self, a: B, b: B) -> B:
+        """Element-wise ``a * b`` of aligned batches."""
+
+    @abstractmethod
+    def batch_scale(self, a: B, k: np.ndarray) -> B:
+        """Element-wise ``k[i] * a[i]`` for integer multiplicities ``k``."""
+
+    @abstractmethod
+    def batch_sum_by(self, a: B, groups: np.ndarray, n_groups: int) -> B:
+        """Scatter-add: element ``i`` goes into group ``groups[i]`` (0 <= g < n_groups)."""
+
+    @abstractmethod
+    def batch_is_zero(self, a: B) -> np.ndarray:
+        """Exact element-wise zero test (bool array)."""
+
+    @abstractmethod
+    def batch_lift(self, variable: str, values: np.ndarray) -> B:
+        """Lift a column of values of a lifted variable; raises :class:`RingError` on bad values."""
+
+    @abstractmethod
+    def batch_to_bytes(self, batch: B) -> bytes:
+        """Serialize a batch."""
+
+    @abstractmethod
+    def batch_from_bytes(self, data: bytes) -> B:
+        """Inverse of :meth:`batch_to_bytes`."""
+
+    # ------------------------------------------------- batched face with defaults
+    def batch_sub(self, a: B, b: B) -> B:
+        """Element-wise ``a - b``."""
+        return self.batch_add(a, self.batch_neg(b))
+
+    def batch_sum(self, a: B) -> E:
+        """Sum of all elements of a batch, as a scalar element."""
+        n = self.batch_len(a)
+        return self.batch_to_list(self.batch_sum_by(a, np.zeros(n, dtype=np.int64), 1))[0]
+
+    def batch_mul_sum(
+        self, factors: Sequence[B], groups: np.ndarray | None = None, n_groups: int = 1
+    ) -> B:
+        """``sum_by(f_1 * f_2 * ... * f_k, groups)``: the fused product-then-marginalize.
+
+        ``groups=None`` sums everything into one element.  Rings override this when the
+        contraction is cheaper than materializing every product (the covariance ring does).
+        """
+        product = reduce(self.batch_mul, factors)
+        if groups is None:
+            groups = np.zeros(self.batch_len(product), dtype=np.int64)
+            n_groups = 1
+        return self.batch_sum_by(product, groups, n_groups)
+
+    def batch_accumulator(self, n: int) -> B:
+        """A zero batch meant to be accumulated into (floating rings add compensation)."""
+        return self.batch_zeros(n)
+
+    def batch_scatter_add(self, target: B, slots: np.ndarray, values: B) -> B:
+        """``target[slots] += values`` for unique ``slots``; in place where possible."""
+        n = self.batch_len(target)
+        scattered = self.batch_sum_by(values, slots, n)
+        return self.batch_add(target, scattered)
+
+    def batch_clear(self, target: B, slots: np.ndarray) -> B:
+        """Set ``target[slots]`` to exactly zero (reclaimed slots); in place where possible."""
+        current = self.batch_take(target, slots)
+        return self.batch_scatter_add(target, slots, self.batch_neg(current))
+
+    def batch_resize(self, batch: B, n: int) -> B:
+        """Grow with zeros (or truncate) to length ``n``."""
+        size = self.batch_len(batch)
+        if n <= size:
+            return self.batch_take(batch, np.arange(n))
+        return self.batch_concat([batch, self.batch_accumulator(n - size)])
+
+    def batch_is_negligible(self, a: B) -> np.ndarray:
+        """Element-wise: zero up to floating rounding (exact rings: :meth:`batch_is_zero`)."""
+        return self.batch_is_zero(a)
+
+    def check_same_ring(self, other: Ring) -> None:
+        """Raise :class:`RingError` if ``other`` is not an equal ring."""
+        if other is not self and other != self:
+            raise RingError(f"payloads of different rings: {self!r} and {other!r}")
