@@ -1,0 +1,243 @@
+"""Update batches and their validation at the edge.
+
+An :class:`UpdateBatch` is a set of signed tuples for one relation.  Before any view changes,
+:class:`BatchPreparer` checks the whole batch — relation, columns, key values, feature values
+(numbers, finite), deletes of absent tuples — and turns it into int64 codes (join and group-by
+variables) and float arrays (lifted features).  A rejected batch raises :class:`BatchError`
+naming the relation, column and value; only dictionaries may have grown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .encoding import Dictionary, EncodingError, _value_keys
+from .errors import BatchError
+from .keyindex import KeyIndex, hash_rows
+from .query import Query
+
+
+@dataclass
+class UpdateBatch:
+    """Tuples ``rows`` of ``relation`` with signed multiplicities (+1 insert, -1 delete)."""
+
+    relation: str
+    rows: pd.DataFrame
+    multiplicity: np.ndarray | None = None
+
+    @classmethod
+    def inserts(cls, relation: str, rows) -> UpdateBatch:
+        return cls(relation, _frame(rows), None)
+
+    @classmethod
+    def deletes(cls, relation: str, rows) -> UpdateBatch:
+        frame = _frame(rows)
+        return cls(relation, frame, -np.ones(len(frame), dtype=np.int64))
+
+    def signs(self) -> np.ndarray:
+        if self.multiplicity is None:
+            return np.ones(len(self.rows), dtype=np.int64)
+        mult = np.asarray(self.multiplicity)
+        if mult.dtype.kind not in "iu":
+            if (
+                mult.dtype.kind == "f"
+                and np.all(np.isfinite(mult))
+                and np.all(mult == np.round(mult))
+            ):
+                mult = mult.astype(np.int64)
+            else:
+                raise BatchError(
+                    f"relation {self.relation!r}: multiplicities must be integers, got "
+                    f"{mult.dtype}",
+                    self.relation,
+                    "multiplicity",
+                    None,
+                )
+        return mult.astype(np.int64)
+
+
+def _frame(rows) -> pd.DataFrame:
+    if isinstance(rows, pd.DataFrame):
+        return rows
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class PreparedRows:
+    """A validated batch: codes per encoded column, floats per lifted column, multiplicities."""
+
+    relation: str
+    size: int
+    codes: dict[str, np.ndarray] = field(default_factory=dict)
+    values: dict[str, np.ndarray] = field(default_factory=dict)
+    multiplicity: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    tuple_ids: np.ndarray | None = None
+    tuple_delta: np.ndarray | None = None
+
+
+class TupleCounts:
+    """Multiplicities of the stored tuples of one relation (to reject deletes of absent ones)."""
+
+    def __init__(self, width: int) -> None:
+        self.index = KeyIndex(1)
+        self.counts = np.zeros(16, dtype=np.int64)
+
+    @staticmethod
+    def fingerprints(frame: pd.DataFrame) -> np.ndarray:
+        parts = [_value_keys(frame[c].to_numpy())[0] for c in frame.columns]
+        return hash_rows(np.concatenate(parts, axis=1)).view(np.int64)
+
+    def check(
+        self, fingerprints: np.ndarray, signs: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Net change per distinct tuple; also the index of a violating row, or -1."""
+        unique, first, inverse = np.unique(fingerprints, return_index=True, return_inverse=True)
+        net = np.bincount(inverse.ravel(), weights=signs, minlength=unique.size).astype(np.int64)
+        slots = self.index.lookup(unique)
+        current = np.where(slots >= 0, self.counts[np.maximum(slots, 0)], 0)
+        bad = np.flatnonzero(current + net < 0)
+        violating = int(first[bad[0]]) if bad.size else -1
+        return unique, net, np.asarray([violating])
+
+    def apply(self, unique: np.ndarray, net: np.ndarray) -> None:
+        slots, _ = self.index.get_or_insert(unique)
+        if self.index.capacity > self.counts.size:
+            grown = np.zeros(self.index.capacity, dtype=np.int64)
+            grown[: self.counts.size] = self.counts
+            self.counts = grown
+        self.counts[slots] += net
+        gone = slots[self.counts[slots] == 0]
+        if gone.size:
+            self.index.remove(gone)
+
+
+class BatchPreparer:
+    """Validates and encodes batches for a query."""
+
+    def __init__(
+        self,
+        query: Query,
+        dictionaries: Mapping[tuple[str, str], Dictionary],
+        encoded: Mapping[str, set[str]],
+        numeric: Mapping[str, set[str]],
+        check_deletes: bool,
+    ) -> None:
+        """``dictionaries[(relation, column)]``; per relation, the columns to encode to codes
+        and the columns to keep as float values (lifted continuous features)."""
+        self.query = query
+        self.dictionaries = dictionaries
+        self.encoded = encoded
+        self.numeric = numeric
+        self.counts = (
+            {r: TupleCounts(len(cols)) for r, cols in query.relations.items()}
+            if check_deletes
+            else None
+        )
+
+    def prepare(self, batch: UpdateBatch) -> PreparedRows:
+        """Validate ``batch`` and encode it; raises :class:`BatchError`, changing no view."""
+        relation = batch.relation
+        if relation not in self.query.relations:
+            raise BatchError(
+                f"unknown relation {relation!r}; the query has {sorted(self.query.relations)}",
+                relation,
+            )
+        columns = self.query.relations[relation]
+        frame = batch.rows
+        missing = [c for c in columns if c not in frame.columns]
+        extra = [c for c in frame.columns if c not in columns]
+        if missing or extra:
+            raise BatchError(
+                f"relation {relation!r} has columns {list(columns)}; batch is missing "
+                f"{missing} and has extra {extra}",
+                relation,
+                (missing or extra)[0],
+            )
+        signs = batch.signs()
+        if signs.shape != (len(frame),):
+            raise BatchError(
+                f"relation {relation!r}: {signs.shape[0]} multiplicities for {len(frame)} rows",
+                relation,
+                "multiplicity",
+            )
+        frame = frame[list(columns)]
+        if relation in self.query.filters:
+            mask = np.asarray(self.query.filters[relation](frame), dtype=bool)
+            frame, signs = frame[mask], signs[mask]
+        prepared = PreparedRows(relation, len(frame), multiplicity=signs)
+        for column in columns:
+            data = frame[column].to_numpy()
+            if column in self.numeric[relation]:
+                prepared.values[column] = self._numbers(relation, column, data)
+            if column in self.encoded[relation]:
+                prepared.codes[column] = self._encode(relation, column, data)
+        if self.counts is not None and len(frame):
+            counts = self.counts[relation]
+            unique, net, violating = counts.check(TupleCounts.fingerprints(frame), signs)
+            if violating[0] >= 0:
+                row = frame.iloc[int(violating[0])].to_dict()
+                raise BatchError(
+                    f"relation {relation!r}: deleting tuple {row} that is not present "
+                    f"(pass allow_absent_deletes=True for plain ring semantics)",
+                    relation,
+                    None,
+                    row,
+                )
+            prepared.tuple_ids, prepared.tuple_delta = unique, net
+        return prepared
+
+    def commit(self, prepared: PreparedRows) -> None:
+        """Record the batch's tuples as applied."""
+        if self.counts is not None and prepared.tuple_ids is not None:
+            self.counts[prepared.relation].apply(prepared.tuple_ids, prepared.tuple_delta)
+
+    def _numbers(self, relation: str, column: str, data: np.ndarray) -> np.ndarray:
+        if data.dtype.kind not in "iufb":
+            numeric = pd.to_numeric(pd.Series(data), errors="coerce").to_numpy(dtype=np.float64)
+            bad = np.flatnonzero(np.isnan(numeric) & ~pd.isna(pd.Series(data)).to_numpy())
+            if bad.size:
+                value = data[bad[0]]
+                raise BatchError(
+                    f"relation {relation!r}, column {column!r}: value {value!r} is not a number",
+                    relation,
+                    column,
+                    value,
+                )
+            data = numeric
+        data = data.astype(np.float64)
+        bad = np.flatnonzero(~np.isfinite(data))
+        if bad.size:
+            value = data[bad[0]]
+            raise BatchError(
+                f"relation {relation!r}, column {column!r}: feature value {value!r} is not a "
+                f"finite number (row {int(bad[0])})",
+                relation,
+                column,
+                value,
+            )
+        return data
+
+    def _encode(self, relation: str, column: str, data: np.ndarray) -> np.ndarray:
+        try:
+            return self.dictionaries[(relation, column)].encode(data)
+        except EncodingError as error:
+            raise BatchError(
+                f"relation {relation!r}, column {column!r}: {error} (row {error.position})",
+                relation,
+                column,
+                error.value,
+            ) from None
+
+
+def batches_from(relation: str, inserts=None, deletes=None) -> Sequence[UpdateBatch]:
+    """Convenience: the insert and delete batches of one relation."""
+    out = []
+    if inserts is not None:
+        out.append(UpdateBatch.inserts(relation, inserts))
+    if deletes is not None:
+        out.append(UpdateBatch.deletes(relation, deletes))
+    return out

@@ -1,0 +1,125 @@
+"""Dictionary encoding of column values to dense integer codes, once, at the edge.
+
+Values of any type a user has (ints, floats, strings, dates, booleans) map to codes
+``0, 1, 2, ...`` per variable, shared by every relation in which the variable occurs, so the
+engine joins and groups on int64 arrays only.  Numbers that are equal compare equal across
+types (``1 == 1.0``); NaN is rejected.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .keyindex import KeyIndex
+
+# kinds of values, kept in the key next to the value's 64 bits so kinds never collide
+_INT, _FLOAT, _OTHER, _TIME = 0, 1, 2, 3
+
+
+class EncodingError(ValueError):
+    """A value that cannot be encoded (NaN, None); ``position`` is its row in the column."""
+
+    def __init__(self, message: str, position: int, value: object) -> None:
+        super().__init__(message)
+        self.position = position
+        self.value = value
+
+
+def _value_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n, 2) int64 keys ``(kind, bits)`` for a column; also the values as stored objects."""
+    n = values.shape[0]
+    keys = np.empty((n, 2), dtype=np.int64)
+    kind = values.dtype.kind
+    if kind in "iub":
+        keys[:, 0] = _INT
+        keys[:, 1] = values.astype(np.int64)
+        return keys, values
+    if kind == "f":
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            i = int(bad[0])
+            raise EncodingError(f"value {values[i]!r} cannot be a key", i, values[i])
+        as_int = values.astype(np.int64)
+        integral = (as_int == values) & (np.abs(values) < 2.0**53)
+        keys[:, 0] = np.where(integral, _INT, _FLOAT)
+        normalized = values + 0.0  # -0.0 -> 0.0
+        keys[:, 1] = np.where(integral, as_int, normalized.view(np.int64))
+        return keys, values
+    if kind in "mM":
+        if np.isnat(values).any():
+            i = int(np.flatnonzero(np.isnat(values))[0])
+            raise EncodingError("missing date/time value (NaT) cannot be a key", i, values[i])
+        keys[:, 0] = _TIME
+        keys[:, 1] = (
+            values.astype("datetime64[ns]").view(np.int64)
+            if kind == "M"
+            else (values.astype("timedelta64[ns]").view(np.int64))
+        )
+        return keys, values
+    objects = values.astype(object)
+    missing = pd.isna(objects)
+    if missing.any():
+        i = int(np.flatnonzero(missing)[0])
+        raise EncodingError(f"missing value {objects[i]!r} cannot be a key", i, objects[i])
+    keys[:, 0] = _OTHER
+    keys[:, 1] = pd.util.hash_array(objects, categorize=True).view(np.int64)
+    return keys, objects
+
+
+class Dictionary:
+    """The codes of one variable: ``encode`` assigns new codes, ``decode`` maps codes back."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._index = KeyIndex(2)
+        self._values: list[np.ndarray] = []
+        self._decoded: np.ndarray | None = None
+        self._numeric: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def lookup(self, values: np.ndarray) -> np.ndarray:
+        """Codes of known values, -1 for unknown ones; never assigns codes."""
+        keys, _ = _value_keys(np.asarray(values))
+        return self._index.lookup(keys)
+
+    def encode(self, values: np.ndarray) -> np.ndarray:
+        """Codes of ``values``, assigning fresh codes to unseen values."""
+        values = np.asarray(values)
+        keys, stored = _value_keys(values)
+        codes = self._index.lookup(keys)
+        unseen = codes < 0
+        if unseen.any():
+            unique_keys, first, inverse = np.unique(
+                keys[unseen], axis=0, return_index=True, return_inverse=True
+            )
+            new_codes, _ = self._index.get_or_insert(unique_keys)
+            order = np.argsort(new_codes)
+            positions = np.flatnonzero(unseen)[first]
+            self._values.append(np.asarray(stored, dtype=object)[positions[order]])
+            self._decoded = self._numeric = None
+            codes[unseen] = new_codes[inverse.ravel()]
+        return codes
+
+    @property
+    def values(self) -> np.ndarray:
+        """All known values, indexed by code (an object array)."""
+        if self._decoded is None:
+            self._decoded = (
+                np.concatenate(self._values) if self._values else np.empty(0, dtype=object)
+            )
+        return self._decoded
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        """Values of ``codes``."""
+        return self.values[np.asarray(codes, dtype=np.int64)]
+
+    def numeric(self, codes: np.ndarray) -> np.ndarray:
+        """Values of ``codes`` as float64 (for lifting join variables); NaN where not numeric."""
+        if self._numeric is None:
+            self._numeric = pd.to_numeric(pd.Series(self.values), errors="coerce").to_numpy(
+                dtype=np.float64, na_value=np.nan
+            )
+        return self._numeric[np.asarray(codes, dtype=np.int64)]

@@ -1,0 +1,31 @@
+"""Exceptions raised by the engine; every message names the relation, column and value."""
+
+from __future__ import annotations
+
+
+class RingmlError(Exception):
+    """Base class of ringml's errors."""
+
+
+class SchemaError(RingmlError, ValueError):
+    """A query, relation or variable order that does not fit together."""
+
+
+class VariableOrderError(SchemaError):
+    """A variable order that breaks F-IVM's Definition 2 (or a requested property)."""
+
+
+class BatchError(RingmlError, ValueError):
+    """A rejected update batch; no view was changed."""
+
+    def __init__(
+        self,
+        message: str,
+        relation: str | None = None,
+        column: str | None = None,
+        value: object = None,
+    ) -> None:
+        super().__init__(message)
+        self.relation = relation
+        self.column = column
+        self.value = value

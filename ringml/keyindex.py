@@ -1,0 +1,279 @@
+"""A vectorized open-addressing hash map from rows of int64 key columns to dense slot ids.
+
+Views and dictionaries keep their keys here: every operation takes whole arrays of keys and
+runs a handful of numpy passes (one per probe round), never a Python loop per key.  Slots are
+dense integers that index the payload arrays of a view; removed slots are reused.
+
+Single-column keys that are small non-negative integers (dictionary codes are dense) use a
+direct-address array instead of the hash table: one gather per lookup.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_EMPTY = -1
+_TOMBSTONE = -2
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX = np.uint64(0xBF58476D1CE4E5B9)
+_WINDOW = 8
+
+
+def hash_rows(keys: np.ndarray) -> np.ndarray:
+    """64-bit mixing hash of each row of an (n, w) int64 array."""
+    h = np.zeros(keys.shape[0], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(keys.shape[1]):
+            h ^= keys[:, j].view(np.uint64)
+            h *= _GOLDEN
+            h ^= h >> np.uint64(31)
+        h *= _MIX
+        h ^= h >> np.uint64(29)
+    return h
+
+
+class KeyIndex:
+    """Hash map from key rows (int64, fixed width) to slots ``0..capacity``."""
+
+    def __init__(self, width: int, capacity: int = 16) -> None:
+        self.width = width
+        capacity = max(int(capacity), 4)
+        self.keys = np.zeros((capacity, width), dtype=np.int64)
+        self.hashes = np.zeros(capacity, dtype=np.uint64)
+        self.live = np.zeros(capacity, dtype=bool)
+        self._free: list[np.ndarray] = []
+        self._next_slot = 0
+        self._size = 0
+        self._tombstones = 0
+        self._table = np.full(self._table_size_for(capacity), _EMPTY, dtype=np.int64)
+        # direct addressing for width-1 keys in [0, len(self._direct)); None once abandoned
+        self._direct: np.ndarray | None = (
+            np.full(64, _EMPTY, dtype=np.int64) if width == 1 else None
+        )
+
+    # ------------------------------------------------------------------ queries
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def capacity(self) -> int:
+        """Number of slots the payload arrays must hold."""
+        return self.keys.shape[0]
+
+    def live_slots(self) -> np.ndarray:
+        """Slots in use, in increasing order."""
+        return np.flatnonzero(self.live)
+
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        """Slot of every key row, or -1 where the key is absent."""
+        keys = self._check(keys)
+        if keys.shape[0] == 0 or self._size == 0:
+            return np.full(keys.shape[0], -1, dtype=np.int64)
+        if self._direct is not None:
+            column = keys[:, 0]
+            inside = (column >= 0) & (column < self._direct.size)
+            if inside.all():
+                return self._direct[column]
+            found = np.full(column.size, -1, dtype=np.int64)
+            found[inside] = self._direct[column[inside]]
+            return found
+        found, _ = self._probe(keys, hash_rows(keys))
+        return found
+
+    # ------------------------------------------------------------------ updates
+    def get_or_insert(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Slots of *unique* key rows, inserting the absent ones; also the mask of new keys."""
+        keys = self._check(keys)
+        n = keys.shape[0]
+        if n == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+        self._reserve(n)
+        if self._direct is not None and self._fits_direct(keys[:, 0]):
+            return self._get_or_insert_direct(keys)
+        h = hash_rows(keys)
+        found, _ = self._probe(keys, h)
+        new = found < 0
+        if new.any():
+            fresh = np.flatnonzero(new)
+            slots = self._allocate(fresh.size)
+            self.keys[slots] = keys[fresh]
+            self.hashes[slots] = h[fresh]
+            self.live[slots] = True
+            self._place(slots, h[fresh])
+            found[fresh] = slots
+            self._size += fresh.size
+        return found, new
+
+    def remove(self, slots: np.ndarray) -> None:
+        """Remove the keys stored at ``slots`` (unique, live)."""
+        slots = np.asarray(slots, dtype=np.int64)
+        if slots.size == 0:
+            return
+        if self._direct is not None:
+            self._direct[self.keys[slots, 0]] = _EMPTY
+        else:
+            self._table[self._positions_of(slots)] = _TOMBSTONE
+            self._tombstones += slots.size
+        self.live[slots] = False
+        self._free.append(slots.copy())
+        self._size -= slots.size
+
+    def clear(self) -> None:
+        """Remove every key."""
+        self.__init__(self.width, self.capacity)
+
+    # ------------------------------------------------------------------ internals
+    def _fits_direct(self, column: np.ndarray) -> bool:
+        """Keep direct addressing while keys stay dense; otherwise move to the hash table."""
+        low, high = int(column.min()), int(column.max())
+        if low >= 0 and high < max(4 * (self._size + column.size), 1 << 16):
+            if high >= self._direct.size:
+                grown = np.full(max(high + 1, 2 * self._direct.size), _EMPTY, dtype=np.int64)
+                grown[: self._direct.size] = self._direct
+                self._direct = grown
+            return True
+        self._direct = None
+        self._rehash(self._size + column.size)
+        return False
+
+    def _get_or_insert_direct(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        column = keys[:, 0]
+        found = self._direct[column]
+        new = found < 0
+        if new.any():
+            fresh = np.flatnonzero(new)
+            slots = self._allocate(fresh.size)
+            self.keys[slots] = keys[fresh]
+            self.live[slots] = True
+            self._direct[column[fresh]] = slots
+            found[fresh] = slots
+            self._size += fresh.size
+        return found, new
+
+    @staticmethod
+    def _table_size_for(capacity: int) -> int:
+        size = 16
+        while size < 4 * capacity:
+            size *= 2
+        return size
+
+    def _check(self, keys: np.ndarray) -> np.ndarray:
+        keys = np.asarray(keys, dtype=np.int64)
+        if keys.ndim == 1 and self.width == 1:
+            keys = keys[:, None]
+        if keys.ndim != 2 or keys.shape[1] != self.width:
+            raise ValueError(f"expected key rows of width {self.width}, got shape {keys.shape}")
+        return keys
+
+    def _probe(self, keys: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Find each key; returns (slot or -1, table position where the probe stopped).
+
+        Probes a window of ``_WINDOW`` consecutive cells per round comparing stored 64-bit
+        hashes, then verifies the full key of the candidate; a batch finishes in one round at
+        the table's load factor.
+        """
+        table = self._table
+        mask = table.size - 1
+        n = keys.shape[0]
+        found = np.full(n, -1, dtype=np.int64)
+        stop = np.zeros(n, dtype=np.int64)
+        pos = (h & np.uint64(mask)).astype(np.int64)
+        active = np.arange(n)
+        offsets = np.arange(_WINDOW, dtype=np.int64)
+        while active.size:
+            cells = (pos[:, None] + offsets) & mask
+            slot = table[cells]
+            same_hash = (slot >= 0) & (self.hashes[np.maximum(slot, 0)] == h[active][:, None])
+            done = same_hash | (slot == _EMPTY)
+            any_done = done.any(axis=1)
+            first = done.argmax(axis=1)
+            rows = np.flatnonzero(any_done)
+            cell = cells[rows, first[rows]]
+            candidate = slot[rows, first[rows]]
+            is_candidate = candidate >= 0
+            verified = np.zeros(rows.size, dtype=bool)
+            if is_candidate.any():
+                idx = np.flatnonzero(is_candidate)
+                verified[idx] = (self.keys[candidate[idx]] == keys[active[rows[idx]]]).all(axis=1)
+            found[active[rows[verified]]] = candidate[verified]
+            finished = verified | ~is_candidate
+            stop[active[rows[finished]]] = cell[finished]
+            # a 64-bit hash collision with a different key: keep probing after that cell
+            next_pos = (pos + _WINDOW) & mask
+            collided = rows[~finished]
+            next_pos[collided] = (cell[~finished] + 1) & mask
+            keep = ~any_done
+            keep[collided] = True
+            active = active[keep]
+            pos = next_pos[keep]
+        return found, stop
+
+    def _place(self, slots: np.ndarray, h: np.ndarray) -> None:
+        """Write new slots into empty table cells (linear probing, collisions resolved)."""
+        table = self._table
+        mask = table.size - 1
+        pos = (h & np.uint64(mask)).astype(np.int64)
+        pending = np.arange(slots.size)
+        while pending.size:
+            cell = table[pos]
+            free = cell == _EMPTY
+            if free.any():
+                idx = np.flatnonzero(free)
+                table[pos[idx]] = slots[pending[idx]]
+                won = np.zeros(pending.size, dtype=bool)
+                won[idx] = table[pos[idx]] == slots[pending[idx]]
+            else:
+                won = np.zeros(pending.size, dtype=bool)
+            keep = ~won
+            pending = pending[keep]
+            pos = (pos[keep] + 1) & mask
+
+    def _positions_of(self, slots: np.ndarray) -> np.ndarray:
+        table = self._table
+        mask = table.size - 1
+        pos = (self.hashes[slots] & np.uint64(mask)).astype(np.int64)
+        result = np.zeros(slots.size, dtype=np.int64)
+        active = np.arange(slots.size)
+        while active.size:
+            hit = table[pos] == slots[active]
+            result[active[hit]] = pos[hit]
+            keep = ~hit
+            active = active[keep]
+            pos = (pos[keep] + 1) & mask
+        return result
+
+    def _allocate(self, count: int) -> np.ndarray:
+        parts = []
+        while count and self._free:
+            chunk = self._free.pop()
+            take, rest = chunk[:count], chunk[count:]
+            if rest.size:
+                self._free.append(rest)
+            parts.append(take)
+            count -= take.size
+        if count:
+            parts.append(np.arange(self._next_slot, self._next_slot + count, dtype=np.int64))
+            self._next_slot += count
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    def _reserve(self, incoming: int) -> None:
+        needed_slots = self._next_slot + incoming
+        if needed_slots > self.capacity:
+            new_capacity = max(needed_slots, 2 * self.capacity)
+            keys = np.zeros((new_capacity, self.width), dtype=np.int64)
+            keys[: self.capacity] = self.keys
+            live = np.zeros(new_capacity, dtype=bool)
+            live[: self.capacity] = self.live
+            hashes = np.zeros(new_capacity, dtype=np.uint64)
+            hashes[: self.capacity] = self.hashes
+            self.keys, self.live, self.hashes = keys, live, hashes
+        load = self._size + self._tombstones + incoming
+        if self._direct is None and 4 * load > self._table.size:
+            self._rehash(self._size + incoming)
+
+    def _rehash(self, expected: int) -> None:
+        self._table = np.full(self._table_size_for(expected), _EMPTY, dtype=np.int64)
+        self._tombstones = 0
+        slots = self.live_slots()
+        if slots.size:
+            self._place(slots, self.hashes[slots])

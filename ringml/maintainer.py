@@ -1,0 +1,532 @@
+"""The maintainer: applies batches of deltas and answers queries, under one of three strategies.
+
+* ``fivm`` (default): F-IVM.  A delta goes from its leaf to the root of the view tree once,
+  joining the materialized sibling views and marginalizing; materialized views on its path
+  are updated.  A relation occurring several times is propagated once per occurrence, in
+  sequence.
+* ``first_order``: classic IVM.  Only base relations are stored; each delta is joined with
+  them (the flat join of the delta) and aggregated.
+* ``recompute``: the query is evaluated from scratch — flat join, then aggregate — after
+  every batch.
+
+All three share validation, encoding and the result interface, so they can be compared on
+identical streams.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .batch import BatchPreparer, PreparedRows, UpdateBatch
+from .encoding import Dictionary
+from .errors import BatchError, SchemaError
+from .query import Atom, Query
+from .rings.base import Ring
+from .store import ViewStore, group_rows
+from .variable_order import VariableOrder
+from .view_tree import AtomLeaf, ViewNode, ViewTree
+
+STRATEGIES = ("fivm", "first_order", "recompute")
+
+
+@dataclass
+class _Rows:
+    """Rows in flight during propagation: key codes, feature values, payload source."""
+
+    codes: dict[str, np.ndarray]
+    values: dict[str, np.ndarray]
+    payload: object  # a ring batch aligned with the rows
+
+
+def _categorical(ring: Ring) -> frozenset[str]:
+    return frozenset(getattr(ring, "categorical_variables", ()) or ())
+
+
+class Maintainer:
+    """Keeps ``query``'s result fresh under batches of inserts, deletes and updates.
+
+    ``updatable`` names the relations that change (default: all); the others are static and
+    loaded once with :meth:`load`.  ``order`` is a :class:`VariableOrder`, its text format, a
+    nested mapping, or one of ``"auto"`` (default), ``"canonical"``, ``"free_connex"``.
+    """
+
+    def __init__(
+        self,
+        query: Query,
+        updatable: Iterable[str] | None = None,
+        order: VariableOrder | str | Mapping | None = None,
+        strategy: str = "fivm",
+        allow_absent_deletes: bool = False,
+    ) -> None:
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r}; choose one of {STRATEGIES}")
+        self.query = query
+        self.ring = query.ring
+        self.strategy = strategy
+        self.updatable = frozenset(query.relations if updatable is None else updatable)
+        unknown = self.updatable - set(query.relations)
+        if unknown:
+            raise SchemaError(f"updatable relations {sorted(unknown)} are not in the query")
+        self.order = _resolve_order(query, order)
+        self.tree = ViewTree.build(query, self.order, self.updatable)
+        self._categorical = _categorical(self.ring)
+        self._lifted = set(self.ring.lifted_variables)
+        self._dictionaries = self._make_dictionaries()
+        encoded, numeric = self._column_needs()
+        self._preparer = BatchPreparer(
+            query,
+            {key: self._dictionaries[var] for key, var in self._column_variable.items()},
+            encoded,
+            numeric,
+            check_deletes=not allow_absent_deletes,
+        )
+        self._loading = True
+        self._stores: dict[int, ViewStore] = {}
+        self._base: dict[str, ViewStore] = {}
+        self._root_payload = None
+        if strategy == "fivm":
+            for node in self.tree.nodes():
+                self._stores[id(node)] = ViewStore(node.keys, self.ring)
+        else:
+            self._base_rows: dict[str, list[PreparedRows]] = {r: [] for r in query.relations}
+            self._result = ViewStore(tuple(query.free), self.ring)
+        self.batches_applied = 0
+        self.tuples_applied = 0
+
+    # ------------------------------------------------------------------ updates
+    def insert(self, relation: str, rows) -> None:
+        """Insert ``rows`` (a DataFrame or column mapping) into ``relation``."""
+        self.apply([UpdateBatch.inserts(relation, rows)])
+
+    def delete(self, relation: str, rows) -> None:
+        """Delete ``rows`` from ``relation``."""
+        self.apply([UpdateBatch.deletes(relation, rows)])
+
+    def update(self, relation: str, old_rows, new_rows) -> None:
+        """Replace ``old_rows`` by ``new_rows`` (a delete and an insert, applied atomically)."""
+        self.apply(
+            [UpdateBatch.deletes(relation, old_rows), UpdateBatch.inserts(relation, new_rows)]
+        )
+
+    def load(self, relation: str, rows) -> None:
+        """Bulk-load a relation before streaming starts (static relations are loaded so)."""
+        if not self._loading:
+            raise SchemaError(
+                f"cannot load {relation!r}: streaming has started; load static relations first"
+            )
+        self._apply([UpdateBatch.inserts(relation, rows)], loading=True)
+
+    def apply(self, batches: Sequence[UpdateBatch] | UpdateBatch) -> None:
+        """Apply batches (any relations, any interleaving) atomically: all or none."""
+        if isinstance(batches, UpdateBatch):
+            batches = [batches]
+        for batch in batches:
+            if batch.relation in self.query.relations and batch.relation not in self.updatable:
+                raise BatchError(
+                    f"relation {batch.relation!r} is static; declare it updatable to change it",
+                    batch.relation,
+                )
+        if self._loading:
+            self._finish_loading()
+        self._apply(batches, loading=False)
+
+    def _apply(self, batches: Sequence[UpdateBatch], loading: bool) -> None:
+        prepared = self._prepare_all(batches)
+        for rows in prepared:
+            self._preparer.commit(rows)
+            if self.strategy == "fivm":
+                self._propagate(rows)
+            elif self.strategy == "first_order":
+                self._first_order(rows)
+            else:
+                self._base_rows[rows.relation].append(rows)
+            self.tuples_applied += rows.size
+        if self.strategy == "recompute" and prepared:
+            self._recompute()
+        self.batches_applied += 1
+
+    def _prepare_all(self, batches: Sequence[UpdateBatch]) -> list[PreparedRows]:
+        prepared = []
+        pending: dict[str, list] = {}
+        for batch in batches:
+            rows = self._preparer.prepare(batch)
+            if rows.tuple_ids is not None:  # deletes checked against earlier batches too
+                earlier = pending.setdefault(rows.relation, [])
+                if earlier:
+                    ids = np.concatenate([e[0] for e in earlier] + [rows.tuple_ids])
+                    net = np.concatenate([e[1] for e in earlier] + [rows.tuple_delta])
+                    unique, inverse = np.unique(ids, return_inverse=True)
+                    total = np.bincount(inverse.ravel(), weights=net).astype(np.int64)
+                    counts = self._preparer.counts[rows.relation]
+                    slots = counts.index.lookup(unique)
+                    current = np.where(slots >= 0, counts.counts[np.maximum(slots, 0)], 0)
+                    if (current + total < 0).any():
+                        raise BatchError(
+                            f"relation {rows.relation!r}: the batches delete a tuple more "
+                            "often than it is present",
+                            rows.relation,
+                        )
+                earlier.append((rows.tuple_ids, rows.tuple_delta))
+            prepared.append(rows)
+        return prepared
+
+    # ------------------------------------------------------------------ results
+    def result(self):
+        """The query result: the root payload, or ``{group tuple: payload}`` with free vars."""
+        if not self.query.free:
+            codes, payload = self._root_store().entries()
+            elements = self.ring.batch_to_list(payload)
+            return elements[0] if elements else self.ring.zero()
+        return dict(self.enumerate())
+
+    def enumerate(self) -> Iterator[tuple[tuple, object]]:
+        """Yield ``(group values, payload)`` for every group of a grouped result."""
+        store = self._root_store()
+        codes, payload = store.entries()
+        positions = [store.keys.index(v) for v in self.query.free]
+        decoded = [
+            self._dictionaries[v].decode(codes[:, p])
+            for v, p in zip(self.query.free, positions, strict=True)
+        ]
+        for i, element in enumerate(self.ring.batch_to_list(payload)):
+            yield tuple(column[i] for column in decoded), element
+
+    def explain(self) -> str:
+        """The variable order, the view tree and which views are materialized."""
+        header = f"strategy: {self.strategy}; ring: {type(self.ring).__name__}"
+        if self.strategy != "fivm":
+            return header + "\nstores base relations only: " + ", ".join(self.query.relations)
+        return header + "\n" + self.tree.explain()
+
+    def view(self, name: str) -> dict[tuple, object]:
+        """The content of a stored view (by name, e.g. ``V@B_R``) as ``{key values: payload}``."""
+        for node in self.tree.nodes():
+            if node.name == name:
+                store = self._stores.get(id(node))
+                if store is None or not (node.materialized or self._loading):
+                    raise KeyError(f"view {name!r} is not materialized")
+                codes, payload = store.entries()
+                decoded = [
+                    self._dictionaries[v].decode(codes[:, j]) for j, v in enumerate(node.keys)
+                ]
+                return {
+                    tuple(c[i] for c in decoded): p
+                    for i, p in enumerate(self.ring.batch_to_list(payload))
+                }
+        raise KeyError(f"no view named {name!r}")
+
+    def stored_entries(self) -> int:
+        """Number of keys held in all stores (a proxy for memory)."""
+        if self.strategy == "fivm":
+            return sum(len(s) for s in self._stores.values())
+        return sum(int(sum(r.size for r in rows)) for rows in self._base_rows.values())
+
+    def _root_store(self) -> ViewStore:
+        if self.strategy == "fivm":
+            return self._stores[id(self.tree.root)]
+        return self._result
+
+    # ------------------------------------------------------------------ set-up
+    def _make_dictionaries(self) -> dict[str, Dictionary]:
+        """One dictionary per class of variables joined through relation columns."""
+        parent: dict[object, object] = {}
+
+        def find(x):
+            parent.setdefault(x, x)
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        self._column_variable: dict[tuple[str, str], str] = {}
+        for atom in self.query.atoms:
+            for column, variable in zip(
+                self.query.relations[atom.relation], atom.variables, strict=True
+            ):
+                parent[find(("col", atom.relation, column))] = find(("var", variable))
+        classes: dict[object, Dictionary] = {}
+        dictionaries: dict[str, Dictionary] = {}
+        for variable in self.query.variables:
+            root = find(("var", variable))
+            dictionaries[variable] = classes.setdefault(root, Dictionary(variable))
+        for relation, columns in self.query.relations.items():
+            for column in columns:
+                root = find(("col", relation, column))
+                var = next((v for v in self.query.variables if find(("var", v)) == root), None)
+                if var is None:  # a column no atom uses: give it its own dictionary
+                    var = f"{relation}.{column}"
+                    dictionaries[var] = Dictionary(var)
+                self._column_variable[(relation, column)] = var
+        return dictionaries
+
+    def _column_needs(self) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+        """Per relation: columns to encode and columns to read as numbers."""
+        keyed: set[str] = set(self.query.free) | self._categorical
+        if self.strategy == "fivm":
+            for node in self.tree.nodes():
+                keyed |= set(node.keys) if isinstance(node, ViewNode) else set()
+                if isinstance(node, ViewNode):
+                    seen: set[str] = set()
+                    for child in node.children:
+                        keyed |= seen & set(child.keys)
+                        seen |= set(child.keys)
+                if isinstance(node, AtomLeaf) and node.materialized:
+                    keyed |= set(node.keys)
+            keyed |= {v for v in self.query.variables if len(self.query.rels(v)) > 1}
+        else:
+            keyed |= set(self.query.variables)
+        numeric_vars = self._lifted - self._categorical
+        encoded: dict[str, set[str]] = {r: set() for r in self.query.relations}
+        numeric: dict[str, set[str]] = {r: set() for r in self.query.relations}
+        for atom in self.query.atoms:
+            for column, variable in zip(
+                self.query.relations[atom.relation], atom.variables, strict=True
+            ):
+                if variable in keyed:
+                    encoded[atom.relation].add(column)
+                if variable in numeric_vars and variable not in self.query.free:
+                    numeric[atom.relation].add(column)
+        return encoded, numeric
+
+    def _finish_loading(self) -> None:
+        """Drop the views only the loading phase needed."""
+        self._loading = False
+        if self.strategy == "fivm":
+            for node in self.tree.nodes():
+                if not node.materialized:
+                    self._stores.pop(id(node), None)
+
+    # ------------------------------------------------------------------ helpers
+    def _atom_rows(self, atom: Atom, rows: PreparedRows) -> _Rows:
+        columns = self.query.relations[atom.relation]
+        codes = {
+            v: rows.codes[c]
+            for c, v in zip(columns, atom.variables, strict=True)
+            if c in rows.codes
+        }
+        values = {
+            v: rows.values[c]
+            for c, v in zip(columns, atom.variables, strict=True)
+            if c in rows.values
+        }
+        payload = self.ring.batch_scale(self.ring.batch_ones(rows.size), rows.multiplicity)
+        return _Rows(codes, values, payload)
+
+    def _lift_factors(
+        self,
+        variables: Sequence[str],
+        codes: Mapping[str, np.ndarray],
+        values: Mapping[str, np.ndarray],
+        n: int,
+    ) -> list:
+        """Lifted payloads of ``variables`` for ``n`` rows (ones are skipped)."""
+        lifted = [v for v in variables if v in self._lifted]
+        factors = []
+        continuous = [v for v in lifted if v not in self._categorical]
+        columns = {}
+        for v in continuous:
+            columns[v] = values[v] if v in values else self._dictionaries[v].numeric(codes[v])
+        block = getattr(self.ring, "batch_lift_block", None)
+        if block is not None and len(continuous) > 1:
+            factors.append(block(continuous, np.column_stack([columns[v] for v in continuous])))
+        else:
+            factors += [self.ring.batch_lift(v, columns[v]) for v in continuous]
+        for v in lifted:
+            if v in self._categorical:
+                factors.append(self.ring.batch_lift(v, codes[v]))
+        return factors
+
+    # ------------------------------------------------------------------ F-IVM
+    def _propagate(self, rows: PreparedRows) -> None:
+        if rows.size == 0:
+            return
+        for atom in self.query.atoms_of(rows.relation):
+            delta = self._atom_rows(atom, rows)
+            leaf = self.tree.leaf(atom.name)
+            if id(leaf) in self._stores:
+                keys = np.column_stack([delta.codes[v] for v in leaf.keys])
+                unique, groups = group_rows(keys)
+                self._stores[id(leaf)].add(
+                    unique, self.ring.batch_sum_by(delta.payload, groups, unique.shape[0])
+                )
+            child = leaf
+            for node in self.tree.path(atom.name):
+                delta = self._step(node, child, delta)
+                store = self._stores.get(id(node))
+                if store is not None:
+                    store.add(
+                        np.column_stack([delta.codes[v] for v in node.keys])
+                        if node.keys
+                        else np.zeros((self.ring.batch_len(delta.payload), 0), dtype=np.int64),
+                        delta.payload,
+                    )
+                child = node
+
+    def _step(self, node: ViewNode, child, delta: _Rows) -> _Rows:
+        """``δV = ⊕_marginalized (δchild ⊗ siblings ⊗ lifts)``, grouped by V's keys."""
+        n = self.ring.batch_len(delta.payload)
+        cols = dict(delta.codes)
+        rows = np.arange(n)
+        sibling_slots: list[tuple[ViewStore, np.ndarray]] = []
+        for sibling in node.children:
+            if sibling is child:
+                continue
+            store = self._stores[id(sibling)]
+            known = [v for v in sibling.keys if v in cols]
+            probe = (
+                np.column_stack([cols[v] for v in known])
+                if known
+                else np.zeros((rows.size, 0), dtype=np.int64)
+            )
+            if len(known) == len(sibling.keys):
+                slots = store.lookup(probe)
+                selected = np.flatnonzero(slots >= 0)
+                slots = slots[selected]
+            elif known:
+                positions = tuple(sibling.keys.index(v) for v in known)
+                selected, slots = store.matches(positions, probe)
+            else:  # no shared variable: every stored entry pairs with every row
+                live = store.index.live_slots()
+                selected = np.repeat(np.arange(rows.size), live.size)
+                slots = np.tile(live, rows.size)
+            if selected.size != rows.size or not np.array_equal(selected, np.arange(rows.size)):
+                rows = rows[selected]
+                cols = {v: c[selected] for v, c in cols.items()}
+                sibling_slots = [(s, sl[selected]) for s, sl in sibling_slots]
+            for j, v in enumerate(sibling.keys):
+                if v not in cols:
+                    cols[v] = store.index.keys[slots, j]
+            sibling_slots.append((store, slots))
+        values = {v: delta.values[v][rows] for v in node.marginalized if v in delta.values}
+        identity = rows.size == n and np.array_equal(rows, np.arange(n))
+        factors = [delta.payload if identity else self.ring.batch_take(delta.payload, rows)]
+        factors += [store.take(slots) for store, slots in sibling_slots]
+        factors += self._lift_factors(node.marginalized, cols, values, rows.size)
+        if node.keys:
+            unique, groups = group_rows(np.column_stack([cols[v] for v in node.keys]))
+            payload = self.ring.batch_mul_sum(factors, groups, unique.shape[0])
+            codes = {v: unique[:, j] for j, v in enumerate(node.keys)}
+        else:
+            payload = self.ring.batch_mul_sum(factors)
+            codes = {}
+        return _Rows(codes, {}, payload)
+
+    # ------------------------------------------------------------------ classic IVM
+    def _base_store(self, atom: Atom) -> ViewStore:
+        if atom.name not in self._base:
+            self._base[atom.name] = ViewStore(atom.variables, self.ring)
+        return self._base[atom.name]
+
+    def _flat_join(
+        self,
+        start: _Rows,
+        start_atom: Atom,
+        others: Sequence[Atom],
+        stores: Mapping[str, ViewStore],
+    ) -> tuple[dict[str, np.ndarray], list]:
+        """Join rows with base relations, tuple by tuple (no aggregation pushed past joins)."""
+        cols = dict(start.codes)
+        factors = [start.payload]
+        n = self.ring.batch_len(start.payload)
+        taken: list[tuple[ViewStore, np.ndarray]] = []
+        rows = np.arange(n)
+        remaining = list(others)
+        while remaining:
+            atom = next((a for a in remaining if set(a.variables) & set(cols)), remaining[0])
+            remaining.remove(atom)
+            store = stores[atom.name]
+            known = [v for v in atom.variables if v in cols]
+            positions = tuple(atom.variables.index(v) for v in known)
+            probe = np.column_stack([cols[v] for v in known])
+            selected, slots = store.matches(positions, probe)
+            rows = rows[selected]
+            cols = {v: c[selected] for v, c in cols.items()}
+            for j, v in enumerate(atom.variables):
+                if v not in cols:
+                    cols[v] = store.index.keys[slots, j]
+            taken = [(s, sl[selected]) for s, sl in taken] + [(store, slots)]
+        factors = [self.ring.batch_take(start.payload, rows)]
+        factors += [s.take(sl) for s, sl in taken]
+        return cols, factors
+
+    def _aggregate_flat(
+        self, cols: dict[str, np.ndarray], factors: list, values: Mapping[str, np.ndarray]
+    ) -> tuple[np.ndarray, object]:
+        n = self.ring.batch_len(factors[0])
+        factors = factors + self._lift_factors(self.query.bound, cols, values, n)
+        if self.query.free:
+            unique, groups = group_rows(np.column_stack([cols[v] for v in self.query.free]))
+            return unique, self.ring.batch_mul_sum(factors, groups, unique.shape[0])
+        return np.zeros((1, 0), dtype=np.int64), self.ring.batch_mul_sum(factors)
+
+    def _first_order(self, rows: PreparedRows) -> None:
+        if rows.size == 0:
+            return
+        for atom in self.query.atoms_of(rows.relation):
+            delta = self._atom_rows(atom, rows)
+            others = [a for a in self.query.atoms if a.name != atom.name]
+            stores = {a.name: self._base_store(a) for a in others}
+            cols, factors = self._flat_join(delta, atom, others, stores)
+            if self.ring.batch_len(factors[0]):
+                codes, payload = self._aggregate_flat(cols, factors, {})
+                self._result.add(codes, payload)
+            keys = np.column_stack([delta.codes[v] for v in atom.variables])
+            unique, groups = group_rows(keys)
+            self._base_store(atom).add(
+                unique, self.ring.batch_sum_by(delta.payload, groups, unique.shape[0])
+            )
+
+    def _recompute(self) -> None:
+        stores: dict[str, ViewStore] = {}
+        for atom in self.query.atoms:
+            store = ViewStore(atom.variables, self.ring)
+            for rows in self._base_rows[atom.relation]:
+                delta = self._atom_rows(atom, rows)
+                keys = np.column_stack([delta.codes[v] for v in atom.variables])
+                unique, groups = group_rows(keys)
+                store.add(unique, self.ring.batch_sum_by(delta.payload, groups, unique.shape[0]))
+            stores[atom.name] = store
+        first, *others = self.query.atoms
+        codes, payload = stores[first.name].entries()
+        start = _Rows({v: codes[:, j] for j, v in enumerate(first.variables)}, {}, payload)
+        cols, factors = self._flat_join(start, first, others, stores)
+        result = ViewStore(tuple(self.query.free), self.ring)
+        if self.ring.batch_len(factors[0]):
+            keys, aggregated = self._aggregate_flat(cols, factors, {})
+            result.add(keys, aggregated)
+        self._result = result
+
+
+def _resolve_order(query: Query, order) -> VariableOrder:
+    if order is None or order == "auto":
+        if query.free:
+            try:
+                return VariableOrder.free_connex(query)
+            except SchemaError:
+                pass
+        return VariableOrder.auto(query)
+    if isinstance(order, VariableOrder):
+        order.validate(query)
+        return order
+    if order == "canonical":
+        return VariableOrder.canonical(query)
+    if order == "free_connex":
+        return VariableOrder.free_connex(query)
+    if isinstance(order, str):
+        parsed = VariableOrder.parse(order, query)
+    else:
+        parsed = VariableOrder.from_nested(order)
+    parsed.validate(query)
+    return parsed
+
+
+def to_frame(
+    result: Mapping[tuple, object], free: Sequence[str], value=lambda p: p
+) -> pd.DataFrame:
+    """A grouped result as a DataFrame with one column per free variable and ``payload``."""
+    rows = [(*key, value(p)) for key, p in result.items()]
+    return pd.DataFrame(rows, columns=[*free, "payload"])

@@ -1,0 +1,109 @@
+"""Materialized views: keys in a :class:`KeyIndex`, payloads in one ring batch by slot.
+
+A :class:`ViewStore` supports the operations F-IVM's storage contract asks for, on whole
+arrays: lookup of full keys, enumeration of the entries matching a partial key (a secondary
+index, built lazily and reused until the key set changes), accumulation of a delta, and
+removal of keys whose payload became zero.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .keyindex import KeyIndex
+from .rings.base import Ring
+
+
+def group_rows(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unique rows of an (n, w) int64 array and the group id of every row."""
+    n, w = columns.shape
+    if w == 0:
+        return np.zeros((1 if n else 0, 0), dtype=np.int64), np.zeros(n, dtype=np.int64)
+    if w == 1:
+        unique, inverse = np.unique(columns[:, 0], return_inverse=True)
+        return unique[:, None], inverse.ravel()
+    unique, inverse = np.unique(columns, axis=0, return_inverse=True)
+    return unique, inverse.ravel()
+
+
+class ViewStore:
+    """A keyed relation over a ring (a materialized view or a stored base relation)."""
+
+    def __init__(self, keys: tuple[str, ...], ring: Ring) -> None:
+        self.keys = keys
+        self.ring = ring
+        self.index = KeyIndex(max(len(keys), 1))
+        self.payload = ring.batch_accumulator(self.index.capacity)
+        self._secondary: dict[tuple[int, ...], tuple[KeyIndex, np.ndarray, np.ndarray]] = {}
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def _codes(self, codes: np.ndarray) -> np.ndarray:
+        if not self.keys:  # the empty key: one row of a constant 0
+            return np.zeros((codes.shape[0], 1), dtype=np.int64)
+        return codes
+
+    def lookup(self, codes: np.ndarray) -> np.ndarray:
+        """Slots of full keys (n, len(keys)); -1 where absent."""
+        return self.index.lookup(self._codes(codes))
+
+    def take(self, slots: np.ndarray):
+        """Payloads at ``slots``."""
+        return self.ring.batch_take(self.payload, slots)
+
+    def entries(self) -> tuple[np.ndarray, object]:
+        """All (key codes, payloads) currently stored."""
+        slots = self.index.live_slots()
+        codes = self.index.keys[slots][:, : len(self.keys)]
+        return codes, self.take(slots)
+
+    def add(self, codes: np.ndarray, payload) -> None:
+        """Accumulate payloads at *unique* keys; drop keys whose payload became zero."""
+        if codes.shape[0] == 0:
+            return
+        slots, new = self.index.get_or_insert(self._codes(codes))
+        if self.index.capacity > self.ring.batch_len(self.payload):
+            self.payload = self.ring.batch_resize(self.payload, self.index.capacity)
+        self.payload = self.ring.batch_scatter_add(self.payload, slots, payload)
+        zero = self.ring.batch_is_negligible(self.ring.batch_take(self.payload, slots))
+        if zero.any():
+            dead = slots[zero]
+            self.payload = self.ring.batch_clear(self.payload, dead)
+            self.index.remove(dead)
+        if new.any() or zero.any():
+            self._secondary.clear()
+
+    def replace(self, codes: np.ndarray, payload) -> None:
+        """Set the content to exactly these entries (used by full evaluation)."""
+        self.index = KeyIndex(max(len(self.keys), 1), max(codes.shape[0], 4))
+        self.payload = self.ring.batch_accumulator(self.index.capacity)
+        self._secondary.clear()
+        self.add(codes, payload)
+
+    def matches(
+        self, positions: tuple[int, ...], probe: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Pairs (probe row, slot) with ``key[positions] == probe[row]`` (a secondary index)."""
+        if positions not in self._secondary:
+            slots = self.index.live_slots()
+            sub = self.index.keys[slots][:, list(positions)]
+            unique, groups = group_rows(sub)
+            sub_index = KeyIndex(len(positions), max(unique.shape[0], 4))
+            sub_ids, _ = sub_index.get_or_insert(unique)
+            row_group = sub_ids[groups]
+            order = np.argsort(row_group, kind="stable")
+            offsets = np.zeros(sub_index.capacity + 1, dtype=np.int64)
+            np.cumsum(np.bincount(row_group, minlength=sub_index.capacity), out=offsets[1:])
+            self._secondary[positions] = (sub_index, slots[order], offsets)
+        sub_index, ordered_slots, offsets = self._secondary[positions]
+        group = sub_index.lookup(probe)
+        present = group >= 0
+        rows = np.flatnonzero(present)
+        group = group[present]
+        start, stop = offsets[group], offsets[group + 1]
+        counts = stop - start
+        probe_rows = np.repeat(rows, counts)
+        run_start = np.repeat(start - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+        slots = ordered_slots[np.arange(probe_rows.size) + run_start]
+        return probe_rows, slots
