@@ -1,0 +1,1228 @@
+"""The generalized covariance ring over the relational data ring (F-IVM Definitions 8-9).
+
+A payload is a covariance triple ``(c, s, Q)`` whose entries are *relations* (elements of the
+relational data ring F[R], Definition 8) instead of numbers:
+
+* ``c`` is keyed by ``()``: the COUNT;
+* ``s_j`` is ``SUM(X_j)`` (keyed by ``()``) for a continuous ``X_j`` and ``COUNT GROUP BY X_j``
+  (keyed by the category) for a categorical ``X_j``;
+* ``Q_ij`` (``i <= j``) is ``SUM(X_i X_j)`` for two continuous variables, ``SUM(X_i) GROUP BY
+  X_j`` for a continuous ``X_i`` and a categorical ``X_j`` (keyed by the category of ``X_j``),
+  and ``COUNT GROUP BY X_i, X_j`` for two categorical ones (keyed by the pair ``(x_i, x_j)``;
+  ``Q_jj`` of a categorical ``X_j`` is keyed by ``x_j`` alone).
+
+Sum is ``⊎`` and product is ``⊗`` (natural join, payloads multiplied) entry by entry, in the
+covariance-structure formulas of Definition 6::
+
+    a * b = (c_a c_b,  c_b s_a + c_a s_b,  c_b Q_a + c_a Q_b + s_a s_b^T + s_b s_a^T)
+
+Every entry's *schema* (the set of categorical variables it is grouped by) is fixed by its
+position: ``()`` for ``c`` and continuous entries, ``{j}`` for ``s_j``/``Q_jj`` of a
+categorical ``j`` and for ``Q_ij`` with ``i`` continuous, ``{i, j}`` for two categorical
+variables.  Sums and products preserve these schemas (``s_a[j] ⊗ s_b[j]`` of the same
+categorical ``j`` is the join on ``X_j``: keys must be equal), so the structure is exactly the
+covariance ring over F[R] and satisfies the ring axioms (Theorem 3).  Relations keyed by
+``()`` are stored as plain floats (Remark 4).  Only categories that occur are stored: memory
+and time are proportional to the categories present, never to a one-hot domain.
+
+Global variable order: the ``continuous`` variables in the order given, then the
+``categorical`` ones in the order given.  Global indices (``0 .. m-1``) refer to that order.
+
+Scalar face: :class:`GCPayload` with ``count``, ``sums`` and ``products`` (upper triangle
+``i <= j``; missing entries are zero relations).  Categories may be any hashable value at the
+scalar face; the batched face (and serialization) takes integer codes (the engine
+dictionary-encodes category values).
+
+Batched face: :class:`GCBatch` holds a dense part (``count (n,)``, continuous ``sums (n, p)``
+and the packed upper triangle of the continuous products ``(n, p(p+1)/2)``) and one sparse
+COO table for every relation over categorical variables, with columns
+``(row, entry, key1, key2, value)``, kept coalesced: sorted by ``(row, entry, key1, key2)``,
+unique, and without zero values.  Entry ids (``q`` categorical, ``p`` continuous variables,
+categorical positions ``j, k`` counted from 0 within the categorical list)::
+
+    S(j)    = j                       s_j                  key1 = x_j
+    D(j)    = q + j                   Q_jj                 key1 = x_j
+    X(i, j) = 2q + i*q + j            Q_ij, i continuous   key1 = x_j
+    P(j, k) = 2q + pq + t(j, k)       Q_jk, j < k          key1 = x_j, key2 = x_k
+
+(``t`` the row-major index in the strict upper triangle; ``key2`` is 0 where unused).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import struct
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from ringml.rings.base import Ring, RingError
+
+__all__ = ["GCPayload", "GCBatch", "GeneralizedCovarianceRing"]
+
+NEGLIGIBLE = 1e-9
+_MAGIC = b"RGCB"
+_VERSION = 1
+_MISSING = object()
+
+Relation = float | dict  # scalar-face entry: a float (schema ()) or a dict key -> value
+
+
+# ---------------------------------------------------------------------------- elements
+@dataclass(frozen=True)
+class GCPayload:
+    """A scalar element ``(c, s, Q)``; treat as immutable.
+
+    ``sums[i]`` is a float for a continuous variable ``i`` and a ``dict category -> value`` for
+    a categorical one.  ``products[(i, j)]`` (``i <= j``) is a float when both are continuous,
+    a ``dict x_j -> value`` when ``i`` is continuous and ``j`` categorical, a ``dict x_i ->
+    value`` when ``i == j`` is categorical, and a ``dict (x_i, x_j) -> value`` when ``i < j``
+    are categorical.  Missing entries, keys and zero values all mean zero.
+    """
+
+    count: float = 0.0
+    sums: dict[int, Relation] = field(default_factory=dict)
+    products: dict[tuple[int, int], Relation] = field(default_factory=dict)
+
+
+@dataclass
+class GCBatch:
+    """A batch of ``n`` payloads: dense continuous part plus a coalesced sparse COO table."""
+
+    count: np.ndarray  # (n,) float64
+    sums: np.ndarray  # (n, p) float64, continuous sums
+    prods: np.ndarray  # (n, p(p+1)/2) float64, packed upper triangle of cont x cont
+    rows: np.ndarray  # (nnz,) int64
+    entry: np.ndarray  # (nnz,) int64
+    key1: np.ndarray  # (nnz,) int64
+    key2: np.ndarray  # (nnz,) int64
+    value: np.ndarray  # (nnz,) float64
+    #: (continuous, categorical) of the ring that made the batch
+    config: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+
+    def __len__(self) -> int:
+        return len(self.count)
+
+    @property
+    def nnz(self) -> int:
+        """Number of stored (non-zero) categorical relation entries in the batch."""
+        return len(self.value)
+
+
+_I64 = np.dtype(np.int64)
+_F64 = np.dtype(np.float64)
+_EMPTY_I = np.zeros(0, dtype=np.int64)
+_EMPTY_F = np.zeros(0, dtype=np.float64)
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For ranges ``[starts[i], starts[i] + lengths[i])``: (owner index, position) of each item."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum()) if len(lengths) else 0
+    if total == 0:
+        return _EMPTY_I, _EMPTY_I
+    owner = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    first = np.cumsum(lengths) - lengths
+    pos = np.arange(total, dtype=np.int64) - first[owner] + np.asarray(starts, np.int64)[owner]
+    return owner, pos
+
+
+def _scatter_rows(x: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """``out[g] = sum of x[i] with groups[i] == g`` for a 1-d or 2-d float array."""
+    if x.ndim == 1:
+        return np.bincount(groups, weights=x, minlength=n_groups).astype(np.float64, copy=False)
+    d = x.shape[1]
+    out = np.zeros((n_groups, d), dtype=np.float64)
+    if d == 0 or len(groups) == 0:
+        return out
+    flat = (groups[:, None] * d + np.arange(d, dtype=np.int64)).ravel()
+    out.ravel()[:] = np.bincount(flat, weights=x.ravel(), minlength=n_groups * d)
+    return out
+
+
+def _is_real_number(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool | np.bool_)
+
+
+# ---------------------------------------------------------------------- relational core
+# A generic relation (scalar face): dict mapping a key -- a tuple of (variable, value) pairs
+# sorted by variable -- to a float.  Relations over different schemas live in one dict, so
+# ⊎ and ⊗ work across schemas (F-IVM footnote 4 / implementation note of Definition 8).
+
+
+def _rel_add(r1: dict, r2: dict) -> dict:
+    out = dict(r1)
+    for k, v in r2.items():
+        out[k] = out.get(k, 0.0) + v
+    return out
+
+
+def _rel_join(r1: dict, r2: dict) -> dict:
+    """Natural join: keys agreeing on their shared variables merge, payloads multiply."""
+    out: dict = {}
+    if not r1 or not r2:
+        return out
+    for k1, v1 in r1.items():
+        d1 = dict(k1)
+        for k2, v2 in r2.items():
+            ok = True
+            for var, x in k2:
+                y = d1.get(var, _MISSING)
+                if y is not _MISSING and y != x:
+                    ok = False
+                    break
+            if not ok:
+                continue
+            merged = dict(d1)
+            merged.update(k2)
+            key = tuple(sorted(merged.items(), key=lambda item: item[0]))
+            out[key] = out.get(key, 0.0) + v1 * v2
+    return out
+
+
+class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
+    """The generalized covariance ring (F-IVM Definition 9) over continuous + categorical vars.
+
+    ``GeneralizedCovarianceRing(continuous=["A", "B"], categorical=["C"])``: global order
+    A, B, C (continuous first, each list in the order given).  Every variable is lifted:
+    a continuous ``x`` to ``(1, s_j={()->x}, Q_jj={()->x^2})``, a categorical ``x`` to
+    ``(1, s_j={x->1}, Q_jj={x->1})``.  Rings are equal when their configurations are.
+    """
+
+    name = "generalized_covariance"
+    commutative = True
+
+    def __init__(self, continuous: Sequence[str] = (), categorical: Sequence[str] = ()):
+        if isinstance(continuous, str) or isinstance(categorical, str):
+            raise RingError("continuous and categorical must be sequences of variable names")
+        cont = tuple(continuous)
+        cat = tuple(categorical)
+        for v in cont + cat:
+            if not isinstance(v, str) or not v:
+                raise RingError(f"variable names must be non-empty strings, got {v!r}")
+        seen: set[str] = set()
+        for v in cont + cat:
+            if v in seen:
+                raise RingError(f"variable {v!r} given twice")
+            seen.add(v)
+        self.continuous: tuple[str, ...] = cont
+        self.categorical: tuple[str, ...] = cat
+        self.variables: tuple[str, ...] = cont + cat
+        self._config = (cont, cat)
+        self._index = {v: i for i, v in enumerate(self.variables)}
+        p, q = len(cont), len(cat)
+        self._p, self._q = p, q
+        self._iu, self._ju = np.triu_indices(p)
+        self._packed = len(self._iu)
+        # packed position of (i, j), i <= j continuous
+        self._pack_pos = np.full((p, p), -1, dtype=np.int64)
+        self._pack_pos[self._iu, self._ju] = np.arange(self._packed)
+        self._pack_pos[self._ju, self._iu] = np.arange(self._packed)
+        # sparse entry ids
+        self._off_d = q
+        self._off_x = 2 * q
+        self._off_p = 2 * q + p * q
+        ju, ku = np.triu_indices(q, k=1)
+        self._pair_id = np.full((q, q), -1, dtype=np.int64)
+        self._pair_id[ju, ku] = self._off_p + np.arange(len(ju))
+        self._pair_id[ku, ju] = self._off_p + np.arange(len(ju))
+        self.n_entries = self._off_p + len(ju)
+        # entry id -> (kind, global i, global j)
+        # kinds: 0 s_j, 1 Q_jj, 2 Q_ij cont x cat, 3 cat x cat
+        kind = np.empty(self.n_entries, dtype=np.int64)
+        gi = np.empty(self.n_entries, dtype=np.int64)
+        gj = np.empty(self.n_entries, dtype=np.int64)
+        kind[:q], gi[:q], gj[:q] = 0, p + np.arange(q), p + np.arange(q)
+        kind[q : 2 * q], gi[q : 2 * q], gj[q : 2 * q] = 1, p + np.arange(q), p + np.arange(q)
+        ci, cj = np.divmod(np.arange(p * q), q) if q else (_EMPTY_I, _EMPTY_I)
+        kind[self._off_x : self._off_p] = 2
+        gi[self._off_x : self._off_p] = ci
+        gj[self._off_x : self._off_p] = p + cj
+        kind[self._off_p :] = 3
+        gi[self._off_p :] = p + ju
+        gj[self._off_p :] = p + ku
+        self._kind, self._gi, self._gj = kind, gi, gj
+        self._kind_l, self._gi_l, self._gj_l = kind.tolist(), gi.tolist(), gj.tolist()
+
+    # ------------------------------------------------------------------ config
+    @property
+    def lifted_variables(self) -> frozenset[str]:
+        return frozenset(self.variables)
+
+    @property
+    def degree(self) -> int:
+        """Number of variables ``m``."""
+        return len(self.variables)
+
+    def index(self, variable: str | int) -> int:
+        """Global index of a variable (names or indices accepted)."""
+        if isinstance(variable, numbers.Integral) and not isinstance(variable, bool):
+            if 0 <= int(variable) < self.degree:
+                return int(variable)
+            raise RingError(f"variable index {variable} out of range for {self!r}")
+        try:
+            return self._index[variable]
+        except (KeyError, TypeError):
+            raise RingError(f"unknown variable {variable!r} for {self!r}") from None
+
+    def is_categorical(self, variable: str | int) -> bool:
+        return self.index(variable) >= self._p
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, GeneralizedCovarianceRing)
+            and self.continuous == other.continuous
+            and self.categorical == other.categorical
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.continuous, self.categorical))
+
+    def __repr__(self) -> str:
+        return (
+            f"GeneralizedCovarianceRing(continuous={list(self.continuous)!r}, "
+            f"categorical={list(self.categorical)!r})"
+        )
+
+    # ------------------------------------------------------- scalar construction
+    def element(
+        self,
+        count: float = 0.0,
+        sums: Mapping[Any, Any] | None = None,
+        products: Mapping[tuple[Any, Any], Any] | None = None,
+    ) -> GCPayload:
+        """Build a validated, normalized payload; variables by name or global index.
+
+        ``products`` keys may name a pair in either order; for two categorical variables
+        given in reverse global order the pair keys ``(x, y)`` are swapped accordingly.
+        """
+        if not _is_real_number(count):
+            raise RingError(f"count must be a real number, got {count!r}")
+        out_s: dict[int, Relation] = {}
+        for var, rel in (sums or {}).items():
+            i = self.index(var)
+            out_s[i] = self._norm_entry(rel, (i,) if i >= self._p else (), f"s[{var!r}]")
+        out_q: dict[tuple[int, int], Relation] = {}
+        for pair, rel in (products or {}).items():
+            if not isinstance(pair, tuple) or len(pair) != 2:
+                raise RingError(f"product entries are keyed by variable pairs, got {pair!r}")
+            i, j = self.index(pair[0]), self.index(pair[1])
+            swap = i > j
+            if swap:
+                i, j = j, i
+            schema = tuple(sorted({x for x in (i, j) if x >= self._p}))
+            if swap and len(schema) == 2 and isinstance(rel, Mapping):
+                rel = {self._pair_key(k, pair)[::-1]: v for k, v in rel.items()}
+            out_q[(i, j)] = self._norm_entry(rel, schema, f"Q[{pair!r}]")
+        return self._normalize(GCPayload(float(count), out_s, out_q))
+
+    def _pair_key(self, k: Any, where: Any) -> tuple:
+        if not isinstance(k, tuple) or len(k) != 2:
+            raise RingError(f"{where!r}: categorical pair entries are keyed by pairs, got {k!r}")
+        return k
+
+    def _norm_entry(self, rel: Any, schema: tuple[int, ...], where: str) -> Relation:
+        if not schema:
+            if isinstance(rel, Mapping):
+                if set(rel) - {()}:
+                    raise RingError(f"{where}: a relation over () has only the key (), got {rel!r}")
+                rel = rel.get((), 0.0)
+            if not _is_real_number(rel):
+                raise RingError(f"{where}: expected a number, got {rel!r}")
+            return float(rel)
+        if not isinstance(rel, Mapping):
+            raise RingError(f"{where}: expected a dict keyed by categories, got {rel!r}")
+        out = {}
+        for k, v in rel.items():
+            if len(schema) == 2:
+                self._pair_key(k, where)
+            if not _is_real_number(v):
+                raise RingError(f"{where}: value for key {k!r} must be a number, got {v!r}")
+            out[k] = float(v)
+        return out
+
+    @staticmethod
+    def _normalize(a: GCPayload) -> GCPayload:
+        def norm(rel: Relation) -> Relation | None:
+            if isinstance(rel, dict):
+                d = {k: v for k, v in rel.items() if v != 0}
+                return d or None
+            return rel if rel != 0 else None
+
+        sums: dict[int, Relation] = {}
+        for i, rel in sorted(a.sums.items()):
+            if (r := norm(rel)) is not None:
+                sums[i] = r
+        prods: dict[tuple[int, int], Relation] = {}
+        for ij, rel in sorted(a.products.items()):
+            if (r := norm(rel)) is not None:
+                prods[ij] = r
+        return GCPayload(float(a.count), sums, prods)
+
+    # ------------------------------------------------ scalar face <-> relations
+    def _entry_schema(self, i: int, j: int | None = None) -> tuple[int, ...]:
+        if j is None:
+            return (i,) if i >= self._p else ()
+        return tuple(sorted({x for x in (i, j) if x >= self._p}))
+
+    def _to_rel(self, rel: Relation | None, schema: tuple[int, ...]) -> dict:
+        if rel is None:
+            return {}
+        if not schema:
+            if isinstance(rel, dict):
+                raise RingError(f"continuous entry holds a relation keyed by categories: {rel!r}")
+            return {(): float(rel)} if rel != 0 else {}
+        if not isinstance(rel, dict):
+            raise RingError(f"categorical entry over {schema} must be a dict, got {rel!r}")
+        if len(schema) == 1:
+            return {((schema[0], k),): v for k, v in rel.items() if v != 0}
+        return {((schema[0], k[0]), (schema[1], k[1])): v for k, v in rel.items() if v != 0}
+
+    @staticmethod
+    def _from_rel(rel: dict, schema: tuple[int, ...]) -> Relation | None:
+        rel = {k: v for k, v in rel.items() if v != 0}
+        if not rel:
+            return None
+        for k in rel:
+            if tuple(var for var, _ in k) != schema:  # pragma: no cover - invariant
+                raise RingError(f"internal: key {k!r} does not match schema {schema}")
+        if not schema:
+            return rel[()]
+        if len(schema) == 1:
+            return {k[0][1]: v for k, v in rel.items()}
+        return {(k[0][1], k[1][1]): v for k, v in rel.items()}
+
+    def _check_indices(self, a: GCPayload) -> None:
+        m = self.degree
+        for i in a.sums:
+            if not (isinstance(i, numbers.Integral) and 0 <= i < m):
+                raise RingError(f"sum index {i!r} out of range for {self!r}")
+        for ij in a.products:
+            if not (
+                isinstance(ij, tuple)
+                and len(ij) == 2
+                and all(isinstance(x, numbers.Integral) for x in ij)
+                and 0 <= ij[0] <= ij[1] < m
+            ):
+                raise RingError(f"product index {ij!r} must be (i, j) with 0 <= i <= j < {m}")
+
+    # ----------------------------------------------------------------- scalar face
+    def zero(self) -> GCPayload:
+        return GCPayload(0.0, {}, {})
+
+    def one(self) -> GCPayload:
+        return GCPayload(1.0, {}, {})
+
+    def add(self, a: GCPayload, b: GCPayload) -> GCPayload:
+        sums: dict[int, Relation] = {}
+        for i in set(a.sums) | set(b.sums):
+            sch = self._entry_schema(i)
+            r = _rel_add(self._to_rel(a.sums.get(i), sch), self._to_rel(b.sums.get(i), sch))
+            if (e := self._from_rel(r, sch)) is not None:
+                sums[i] = e
+        prods: dict[tuple[int, int], Relation] = {}
+        for ij in set(a.products) | set(b.products):
+            sch = self._entry_schema(*ij)
+            r = _rel_add(
+                self._to_rel(a.products.get(ij), sch), self._to_rel(b.products.get(ij), sch)
+            )
+            if (e := self._from_rel(r, sch)) is not None:
+                prods[ij] = e
+        return self._normalize(GCPayload(float(a.count) + float(b.count), sums, prods))
+
+    def neg(self, a: GCPayload) -> GCPayload:
+        return self.scale(a, -1)
+
+    def scale(self, a: GCPayload, k: int) -> GCPayload:
+        k = float(k)
+
+        def sc(rel: Relation) -> Relation:
+            if isinstance(rel, dict):
+                return {key: k * v for key, v in rel.items()}
+            return k * rel
+
+        return self._normalize(
+            GCPayload(
+                k * float(a.count),
+                {i: sc(r) for i, r in a.sums.items()},
+                {ij: sc(r) for ij, r in a.products.items()},
+            )
+        )
+
+    def mul(self, a: GCPayload, b: GCPayload) -> GCPayload:
+        """Definition 9, every ⊗ a natural join of relations (the reference semantics)."""
+        self._check_indices(a)
+        self._check_indices(b)
+        ca = {(): float(a.count)} if a.count != 0 else {}
+        cb = {(): float(b.count)} if b.count != 0 else {}
+        sa = {i: self._to_rel(r, self._entry_schema(i)) for i, r in a.sums.items()}
+        sb = {i: self._to_rel(r, self._entry_schema(i)) for i, r in b.sums.items()}
+        sums: dict[int, Relation] = {}
+        for i in set(sa) | set(sb):
+            r = _rel_add(_rel_join(cb, sa.get(i, {})), _rel_join(ca, sb.get(i, {})))
+            if (e := self._from_rel(r, self._entry_schema(i))) is not None:
+                sums[i] = e
+        acc: dict[tuple[int, int], dict] = {}
+
+        def put(ij: tuple[int, int], r: dict) -> None:
+            if r:
+                acc[ij] = _rel_add(acc.get(ij, {}), r)
+
+        for ij, r in a.products.items():
+            put(ij, _rel_join(cb, self._to_rel(r, self._entry_schema(*ij))))
+        for ij, r in b.products.items():
+            put(ij, _rel_join(ca, self._to_rel(r, self._entry_schema(*ij))))
+        # (s_a s_b^T + s_b s_a^T)_ij = s_a[i] ⊗ s_b[j] ⊎ s_b[i] ⊗ s_a[j], stored for i <= j
+        for i, ri in sa.items():
+            for j, rj in sb.items():
+                put((min(i, j), max(i, j)), _rel_join(ri, rj))
+                if i == j:
+                    put((i, i), _rel_join(rj, ri))
+        prods: dict[tuple[int, int], Relation] = {}
+        for ij, r in acc.items():
+            if (e := self._from_rel(r, self._entry_schema(*ij))) is not None:
+                prods[ij] = e
+        return self._normalize(GCPayload(float(a.count) * float(b.count), sums, prods))
+
+    def is_zero(self, a: GCPayload) -> bool:
+        def zero(rel: Relation) -> bool:
+            if isinstance(rel, dict):
+                return all(v == 0 for v in rel.values())
+            return rel == 0
+
+        return (
+            a.count == 0
+            and all(zero(r) for r in a.sums.values())
+            and all(zero(r) for r in a.products.values())
+        )
+
+    def equal(self, a: GCPayload, b: GCPayload, rtol: float = 0.0, atol: float = 0.0) -> bool:
+        def close(x: float, y: float) -> bool:
+            return abs(x - y) <= atol + rtol * abs(y)
+
+        def rel_eq(r1: Relation | None, r2: Relation | None) -> bool:
+            d1 = r1 if isinstance(r1, dict) else {(): r1 if r1 is not None else 0.0}
+            d2 = r2 if isinstance(r2, dict) else {(): r2 if r2 is not None else 0.0}
+            if isinstance(r1, dict) != isinstance(r2, dict) and r1 is not None and r2 is not None:
+                return False
+            return all(close(d1.get(k, 0.0), d2.get(k, 0.0)) for k in set(d1) | set(d2))
+
+        if not close(float(a.count), float(b.count)):
+            return False
+        if not all(rel_eq(a.sums.get(i), b.sums.get(i)) for i in set(a.sums) | set(b.sums)):
+            return False
+        return all(
+            rel_eq(a.products.get(ij), b.products.get(ij))
+            for ij in set(a.products) | set(b.products)
+        )
+
+    def lift(self, variable: str, value: Any) -> GCPayload:
+        """``g_X(value)``; categorical values may be any hashable (codes in the batched face)."""
+        if variable not in self._index:
+            return self.one()
+        i = self._index[variable]
+        if i < self._p:
+            x = self._check_continuous_scalar(variable, value)
+            return self._normalize(GCPayload(1.0, {i: x}, {(i, i): x * x}))
+        self._check_category(variable, value)
+        if isinstance(value, np.integer):
+            value = int(value)
+        return GCPayload(1.0, {i: {value: 1.0}}, {(i, i): {value: 1.0}})
+
+    @staticmethod
+    def _check_continuous_scalar(variable: str, value: Any) -> float:
+        if not _is_real_number(value) or not math.isfinite(float(value)):
+            raise RingError(
+                f"continuous variable {variable!r} needs a finite number, got {value!r}"
+            )
+        return float(value)
+
+    @staticmethod
+    def _check_category(variable: str, value: Any) -> None:
+        bad = value is None or (isinstance(value, float) and math.isnan(value))
+        if not bad:
+            try:
+                hash(value)
+            except TypeError:
+                bad = True
+        if bad:
+            raise RingError(
+                f"categorical variable {variable!r} needs a hashable, non-null category, "
+                f"got {value!r}"
+            )
+
+    # ------------------------------------------------------------- read-outs
+    def entry(self, a: GCPayload, var_i: str | int, var_j: str | int | None = None) -> Relation:
+        """The relation ``s_i`` (``var_j`` None) or ``Q_ij``: a float or a dict.
+
+        For two categorical variables the pair keys follow the argument order.
+        """
+        i = self.index(var_i)
+        if var_j is None:
+            rel = a.sums.get(i)
+            if rel is None:
+                return {} if i >= self._p else 0.0
+            return dict(rel) if isinstance(rel, dict) else rel
+        j = self.index(var_j)
+        lo, hi = min(i, j), max(i, j)
+        rel = a.products.get((lo, hi))
+        schema = self._entry_schema(lo, hi)
+        if rel is None:
+            return {} if schema else 0.0
+        if isinstance(rel, dict):
+            if len(schema) == 2 and i > j:
+                return {(k[1], k[0]): v for k, v in rel.items()}
+            return dict(rel)
+        return rel
+
+    def count_tables(self, a: GCPayload) -> dict[tuple[str, ...], Any]:
+        """Count tables keyed by variable-name tuples (categorical variables, global order).
+
+        ``()`` -> C_∅ (the count, a float); ``(X,)`` -> ``{x: COUNT}`` (``s_X``); ``(X, Y)``
+        -> ``{(x, y): COUNT}`` (``Q_XY``) for every pair ``X`` before ``Y`` in global order.
+        """
+        out: dict[tuple[str, ...], Any] = {(): float(a.count)}
+        cat = range(self._p, self.degree)
+        for j in cat:
+            out[(self.variables[j],)] = dict(a.sums.get(j) or {})
+        for j in cat:
+            for k in cat:
+                if j < k:
+                    out[(self.variables[j], self.variables[k])] = dict(a.products.get((j, k)) or {})
+        return out
+
+    def to_dense(
+        self, a: GCPayload, categories: Mapping[str, Sequence[Hashable]]
+    ) -> tuple[float, np.ndarray, np.ndarray]:
+        """``(count, sums, products)`` of the one-hot-expanded form.
+
+        Columns: the continuous variables in order, then for every categorical variable one
+        column per category of ``categories[var]`` in that order.  A stored category missing
+        from ``categories`` raises :class:`RingError`.
+        """
+        cols: list[dict[Hashable, int]] = []
+        start = self._p
+        for v in self.categorical:
+            if v not in categories:
+                raise RingError(f"to_dense needs the category list of {v!r}")
+            cats = list(categories[v])
+            pos = {c: start + t for t, c in enumerate(cats)}
+            if len(pos) != len(cats):
+                raise RingError(f"duplicate categories for {v!r}")
+            cols.append(pos)
+            start += len(cats)
+        width = start
+
+        def col(var: int, x: Hashable) -> int:
+            pos = cols[var - self._p]
+            if x not in pos:
+                raise RingError(
+                    f"category {x!r} of {self.variables[var]!r} is not in the given categories"
+                )
+            return pos[x]
+
+        s = np.zeros(width)
+        Q = np.zeros((width, width))
+        for i, rel in a.sums.items():
+            if i < self._p:
+                s[i] = rel
+            else:
+                for x, v in rel.items():
+                    s[col(i, x)] = v
+        for (i, j), rel in a.products.items():
+            if j < self._p:
+                Q[i, j] = Q[j, i] = rel
+            elif i < self._p:
+                for x, v in rel.items():
+                    c = col(j, x)
+                    Q[i, c] = Q[c, i] = v
+            elif i == j:
+                for x, v in rel.items():
+                    c = col(i, x)
+                    Q[c, c] = v
+            else:
+                for (x, y), v in rel.items():
+                    ci, cj = col(i, x), col(j, y)
+                    Q[ci, cj] = Q[cj, ci] = v
+        return float(a.count), s, Q
+
+    # ----------------------------------------------------------------- batched face
+    def _make(
+        self,
+        count: np.ndarray,
+        sums: np.ndarray,
+        prods: np.ndarray,
+        rows: np.ndarray = _EMPTY_I,
+        entry: np.ndarray = _EMPTY_I,
+        key1: np.ndarray = _EMPTY_I,
+        key2: np.ndarray = _EMPTY_I,
+        value: np.ndarray = _EMPTY_F,
+        coalesce: bool = True,
+    ) -> GCBatch:
+        if coalesce:
+            rows, entry, key1, key2, value = self._coalesce(rows, entry, key1, key2, value)
+        return GCBatch(count, sums, prods, rows, entry, key1, key2, value, self._config)
+
+    def _coalesce(self, rows, entry, key1, key2, value):
+        """Sort by (row, entry, key1, key2), sum duplicates, drop zeros."""
+        if len(value) == 0:
+            return _EMPTY_I, _EMPTY_I, _EMPTY_I, _EMPTY_I, _EMPTY_F
+        re = rows * self.n_entries + entry
+        order = np.lexsort((key2, key1, re))
+        re, key1, key2, value = re[order], key1[order], key2[order], value[order]
+        new = np.empty(len(re), dtype=bool)
+        new[0] = True
+        np.not_equal(re[1:], re[:-1], out=new[1:])
+        new[1:] |= key1[1:] != key1[:-1]
+        new[1:] |= key2[1:] != key2[:-1]
+        starts = np.flatnonzero(new)
+        if len(starts) != len(value):
+            value = np.add.reduceat(value, starts)
+            re, key1, key2 = re[starts], key1[starts], key2[starts]
+        keep = value != 0
+        if not keep.all():
+            re, key1, key2, value = re[keep], key1[keep], key2[keep], value[keep]
+        rows, entry = np.divmod(re, self.n_entries)
+        return rows, entry, key1, key2, value
+
+    def _check_batch(self, a: GCBatch) -> None:
+        if not isinstance(a, GCBatch):
+            raise RingError(f"expected a GCBatch, got {type(a).__name__}")
+        if a.config is not self._config and a.config != self._config:
+            raise RingError(f"batch of {a.config} does not belong to {self!r}")
+
+    def _check_aligned(self, a: GCBatch, b: GCBatch) -> None:
+        self._check_batch(a)
+        self._check_batch(b)
+        if len(a) != len(b):
+            raise RingError(f"batches of different lengths: {len(a)} and {len(b)}")
+
+    def batch_zeros(self, n: int) -> GCBatch:
+        return self._make(
+            np.zeros(n), np.zeros((n, self._p)), np.zeros((n, self._packed)), coalesce=False
+        )
+
+    def batch_ones(self, n: int) -> GCBatch:
+        b = self.batch_zeros(n)
+        b.count[:] = 1.0
+        return b
+
+    def batch_from(self, elements: Sequence[GCPayload]) -> GCBatch:
+        n = len(elements)
+        count = np.zeros(n)
+        sums = np.zeros((n, self._p))
+        prods = np.zeros((n, self._packed))
+        rows: list[int] = []
+        ent: list[int] = []
+        k1: list[int] = []
+        k2: list[int] = []
+        val: list[float] = []
+        p = self._p
+
+        def code(x: Any, where: str) -> int:
+            if isinstance(x, numbers.Integral) and not isinstance(x, bool | np.bool_):
+                return int(x)
+            raise RingError(f"{where}: the batched face needs integer category codes, got {x!r}")
+
+        for r, a in enumerate(elements):
+            if not isinstance(a, GCPayload):
+                raise RingError(f"expected a GCPayload, got {type(a).__name__}")
+            self._check_indices(a)
+            count[r] = a.count
+            for i, rel in a.sums.items():
+                if i < p:
+                    sums[r, i] = self._norm_entry(rel, (), f"s[{i}]")
+                    continue
+                e = i - p
+                for x, v in self._norm_entry(rel, (i,), f"s[{i}]").items():
+                    rows.append(r), ent.append(e), k1.append(code(x, f"s[{i}]"))
+                    k2.append(0), val.append(v)
+            for (i, j), rel in a.products.items():
+                if j < p:
+                    prods[r, self._pack_pos[i, j]] = self._norm_entry(rel, (), f"Q[{i},{j}]")
+                    continue
+                where = f"Q[{i},{j}]"
+                if i < p:
+                    e = self._off_x + i * self._q + (j - p)
+                    items = self._norm_entry(rel, (j,), where).items()
+                    pairs = [(code(x, where), 0, v) for x, v in items]
+                elif i == j:
+                    e = self._off_d + (i - p)
+                    items = self._norm_entry(rel, (i,), where).items()
+                    pairs = [(code(x, where), 0, v) for x, v in items]
+                else:
+                    e = int(self._pair_id[i - p, j - p])
+                    items = self._norm_entry(rel, (i, j), where).items()
+                    pairs = [(code(x, where), code(y, where), v) for (x, y), v in items]
+                for x, y, v in pairs:
+                    rows.append(r), ent.append(e), k1.append(x), k2.append(y), val.append(v)
+        return self._make(
+            count,
+            sums,
+            prods,
+            np.asarray(rows, dtype=np.int64),
+            np.asarray(ent, dtype=np.int64),
+            np.asarray(k1, dtype=np.int64),
+            np.asarray(k2, dtype=np.int64),
+            np.asarray(val, dtype=np.float64),
+        )
+
+    def _row_ptr(self, a: GCBatch) -> np.ndarray:
+        return np.searchsorted(a.rows, np.arange(len(a) + 1, dtype=np.int64))
+
+    def batch_to_list(self, batch: GCBatch) -> list[GCPayload]:
+        self._check_batch(batch)
+        n = len(batch)
+        counts = batch.count.tolist()
+        sums_l = batch.sums.tolist()
+        prods_l = batch.prods.tolist()
+        iu, ju = self._iu.tolist(), self._ju.tolist()
+        ptr = self._row_ptr(batch).tolist()
+        ent, k1, k2, val = (x.tolist() for x in (batch.entry, batch.key1, batch.key2, batch.value))
+        kind, gi, gj = self._kind_l, self._gi_l, self._gj_l
+        out = []
+        for r in range(n):
+            sums: dict[int, Relation] = {i: v for i, v in enumerate(sums_l[r]) if v != 0}
+            prods: dict[tuple[int, int], Relation] = {
+                (iu[t], ju[t]): v for t, v in enumerate(prods_l[r]) if v != 0
+            }
+            for t in range(ptr[r], ptr[r + 1]):
+                e = ent[t]
+                kd = kind[e]
+                if kd == 0:
+                    sums.setdefault(gi[e], {})[k1[t]] = val[t]
+                elif kd == 3:
+                    prods.setdefault((gi[e], gj[e]), {})[(k1[t], k2[t])] = val[t]
+                else:
+                    prods.setdefault((gi[e], gj[e]), {})[k1[t]] = val[t]
+            out.append(
+                GCPayload(counts[r], dict(sorted(sums.items())), dict(sorted(prods.items())))
+            )
+        return out
+
+    def batch_len(self, batch: GCBatch) -> int:
+        return len(batch.count)
+
+    def batch_take(self, batch: GCBatch, index: np.ndarray) -> GCBatch:
+        self._check_batch(batch)
+        n = len(batch)
+        try:
+            idx = np.arange(n, dtype=np.int64)[np.asarray(index)]
+        except IndexError as exc:
+            raise RingError(f"batch_take: bad index for a batch of {n}: {exc}") from None
+        idx = np.atleast_1d(idx).astype(np.int64, copy=False)
+        ptr = self._row_ptr(batch)
+        lengths = ptr[idx + 1] - ptr[idx]
+        owner, pos = _ranges(ptr[idx], lengths)
+        return self._make(
+            batch.count[idx],
+            batch.sums[idx],
+            batch.prods[idx],
+            owner,
+            batch.entry[pos],
+            batch.key1[pos],
+            batch.key2[pos],
+            batch.value[pos],
+            coalesce=False,
+        )
+
+    def batch_concat(self, batches: Sequence[GCBatch]) -> GCBatch:
+        batches = list(batches)
+        if not batches:
+            return self.batch_zeros(0)
+        for b in batches:
+            self._check_batch(b)
+        offsets = np.cumsum([0] + [len(b) for b in batches[:-1]])
+        return self._make(
+            np.concatenate([b.count for b in batches]),
+            np.concatenate([b.sums for b in batches]),
+            np.concatenate([b.prods for b in batches]),
+            np.concatenate([b.rows + o for b, o in zip(batches, offsets, strict=True)]),
+            np.concatenate([b.entry for b in batches]),
+            np.concatenate([b.key1 for b in batches]),
+            np.concatenate([b.key2 for b in batches]),
+            np.concatenate([b.value for b in batches]),
+            coalesce=False,
+        )
+
+    def batch_add(self, a: GCBatch, b: GCBatch) -> GCBatch:
+        self._check_aligned(a, b)
+        return self._make(
+            a.count + b.count,
+            a.sums + b.sums,
+            a.prods + b.prods,
+            np.concatenate([a.rows, b.rows]),
+            np.concatenate([a.entry, b.entry]),
+            np.concatenate([a.key1, b.key1]),
+            np.concatenate([a.key2, b.key2]),
+            np.concatenate([a.value, b.value]),
+        )
+
+    def batch_neg(self, a: GCBatch) -> GCBatch:
+        self._check_batch(a)
+        return GCBatch(
+            -a.count, -a.sums, -a.prods, a.rows, a.entry, a.key1, a.key2, -a.value, self._config
+        )
+
+    def batch_scale(self, a: GCBatch, k: np.ndarray) -> GCBatch:
+        self._check_batch(a)
+        k = np.asarray(k)
+        if k.shape != (len(a),):
+            raise RingError(f"batch_scale: need {len(a)} multiplicities, got shape {k.shape}")
+        kf = k.astype(np.float64)
+        value = a.value * kf[a.rows]
+        keep = value != 0
+        return GCBatch(
+            a.count * kf,
+            a.sums * kf[:, None],
+            a.prods * kf[:, None],
+            a.rows[keep],
+            a.entry[keep],
+            a.key1[keep],
+            a.key2[keep],
+            value[keep],
+            self._config,
+        )
+
+    def batch_mul(self, a: GCBatch, b: GCBatch) -> GCBatch:
+        self._check_aligned(a, b)
+        p, q = self._p, self._q
+        ca, cb = a.count, b.count
+        count = ca * cb
+        sums = cb[:, None] * a.sums + ca[:, None] * b.sums
+        iu, ju = self._iu, self._ju
+        prods = (
+            cb[:, None] * a.prods
+            + ca[:, None] * b.prods
+            + a.sums[:, iu] * b.sums[:, ju]
+            + b.sums[:, iu] * a.sums[:, ju]
+        )
+        parts: list[tuple[np.ndarray, ...]] = []
+        # c_b ⊗ (entries of a) and c_a ⊗ (entries of b)
+        for x, c in ((a, cb), (b, ca)):
+            if x.nnz:
+                v = x.value * c[x.rows]
+                parts.append((x.rows, x.entry, x.key1, x.key2, v))
+        if q and (a.nnz or b.nnz):
+            sa = a.entry < q  # s_j entries (entry id == categorical position)
+            sb = b.entry < q
+            A = (a.rows[sa], a.entry[sa], a.key1[sa], a.value[sa])
+            B = (b.rows[sb], b.entry[sb], b.key1[sb], b.value[sb])
+            # continuous s_i (dense) ⊗ categorical s_j: Q_ij keyed by x_j
+            if p:
+                for (rows, var, key, val), other in ((A, b.sums), (B, a.sums)):
+                    if len(val):
+                        m = other[rows] * val[:, None]
+                        t, i = np.nonzero(m)
+                        parts.append(
+                            (
+                                rows[t],
+                                self._off_x + i * q + var[t],
+                                key[t],
+                                np.zeros_like(t),
+                                m[t, i],
+                            )
+                        )
+            if len(A[0]) and len(B[0]):
+                parts.extend(self._cat_cross(A, B, len(a)))
+        if parts:
+            cols = [np.concatenate(c) for c in zip(*parts, strict=True)]
+            return self._make(count, sums, prods, *cols)
+        return self._make(count, sums, prods, coalesce=False)
+
+    def _cat_cross(self, A, B, n: int) -> list[tuple[np.ndarray, ...]]:
+        """``s_a s_b^T + s_b s_a^T`` restricted to categorical entries, per row.
+
+        A pair (A entry over u, B entry over v) with ``u != v`` is the term of ``Q_{min,max}``
+        keyed by the two categories (Cartesian product of the row's lists, built with
+        repeat/offset arithmetic); ``u == v`` is the join on that variable: only equal
+        categories meet, contributing ``2 * va * vb`` to ``Q_uu``.
+        """
+        q = self._q
+        ar, av, ak, aval = A
+        br, bv, bk, bval = B
+        out = []
+        # both sides are sorted by (row, var, key)
+        a_rv = ar * q + av
+        b_rv = br * q + bv
+        b_ptr = np.searchsorted(br, np.arange(n + 1, dtype=np.int64))
+        lo = np.searchsorted(b_rv, a_rv, side="left")
+        hi = np.searchsorted(b_rv, a_rv, side="right")
+        row_lo, row_hi = b_ptr[ar], b_ptr[ar + 1]
+        for starts, lengths in ((row_lo, lo - row_lo), (hi, row_hi - hi)):
+            owner, pos = _ranges(starts, lengths)
+            if not len(owner):
+                continue
+            u, v = av[owner], bv[pos]
+            xu, xv = ak[owner], bk[pos]
+            first = u < v
+            ent = self._pair_id[u, v]
+            k1 = np.where(first, xu, xv)
+            k2 = np.where(first, xv, xu)
+            out.append((ar[owner], ent, k1, k2, aval[owner] * bval[pos]))
+        # same variable: natural join on it
+        if (hi > lo).any():
+            rv = np.concatenate([a_rv, b_rv])
+            key = np.concatenate([ak, bk])
+            side = np.concatenate([np.zeros(len(a_rv), np.int8), np.ones(len(b_rv), np.int8)])
+            order = np.lexsort((side, key, rv))
+            rv_s, key_s, side_s = rv[order], key[order], side[order]
+            hit = (rv_s[1:] == rv_s[:-1]) & (key_s[1:] == key_s[:-1]) & (side_s[:-1] == 0)
+            t = np.flatnonzero(hit)
+            if len(t):
+                ia = order[t]
+                ib = order[t + 1] - len(a_rv)
+                out.append(
+                    (
+                        ar[ia],
+                        self._off_d + av[ia],
+                        ak[ia],
+                        np.zeros_like(ia),
+                        2.0 * aval[ia] * bval[ib],
+                    )
+                )
+        return out
+
+    def batch_sum_by(self, a: GCBatch, groups: np.ndarray, n_groups: int) -> GCBatch:
+        self._check_batch(a)
+        groups = np.asarray(groups)
+        if groups.shape != (len(a),):
+            raise RingError(f"batch_sum_by: need {len(a)} group ids, got shape {groups.shape}")
+        groups = groups.astype(np.int64, copy=False)
+        if len(groups) and (groups.min() < 0 or groups.max() >= n_groups):
+            raise RingError(f"batch_sum_by: group ids must lie in [0, {n_groups})")
+        return self._make(
+            _scatter_rows(a.count, groups, n_groups),
+            _scatter_rows(a.sums, groups, n_groups),
+            _scatter_rows(a.prods, groups, n_groups),
+            groups[a.rows],
+            a.entry,
+            a.key1,
+            a.key2,
+            a.value,
+        )
+
+    def batch_scatter_add(self, target: GCBatch, slots: np.ndarray, values: GCBatch) -> GCBatch:
+        """``target[slots] += values`` in place: dense rows added, sparse tables merged."""
+        self._check_batch(target)
+        self._check_batch(values)
+        slots = np.asarray(slots, dtype=np.int64)
+        if slots.shape != (len(values),):
+            raise RingError(f"batch_scatter_add: need {len(values)} slots, got {slots.shape}")
+        n = len(target)
+        if len(slots) and (slots.min() < 0 or slots.max() >= n):
+            raise RingError(f"batch_scatter_add: slots must lie in [0, {n})")
+        if len(np.unique(slots)) != len(slots):
+            # repeated slots: fall back to scatter-add by sum_by
+            values = self.batch_sum_by(values, slots, n)
+            slots = np.arange(n, dtype=np.int64)
+        target.count[slots] += values.count
+        target.sums[slots] += values.sums
+        target.prods[slots] += values.prods
+        if values.nnz:
+            cols = self._coalesce(
+                np.concatenate([target.rows, slots[values.rows]]),
+                np.concatenate([target.entry, values.entry]),
+                np.concatenate([target.key1, values.key1]),
+                np.concatenate([target.key2, values.key2]),
+                np.concatenate([target.value, values.value]),
+            )
+            target.rows, target.entry, target.key1, target.key2, target.value = cols
+        return target
+
+    def batch_clear(self, target: GCBatch, slots: np.ndarray) -> GCBatch:
+        self._check_batch(target)
+        slots = np.asarray(slots, dtype=np.int64)
+        target.count[slots] = 0.0
+        target.sums[slots] = 0.0
+        target.prods[slots] = 0.0
+        if target.nnz and len(slots):
+            mask = np.zeros(len(target), dtype=bool)
+            mask[slots] = True
+            keep = ~mask[target.rows]
+            target.rows, target.entry = target.rows[keep], target.entry[keep]
+            target.key1, target.key2 = target.key1[keep], target.key2[keep]
+            target.value = target.value[keep]
+        return target
+
+    def batch_is_zero(self, a: GCBatch) -> np.ndarray:
+        self._check_batch(a)
+        n = len(a)
+        zero = (a.count == 0) & ~a.sums.any(axis=1) & ~a.prods.any(axis=1)
+        if a.nnz:
+            nz = a.value != 0
+            zero &= np.bincount(a.rows[nz], minlength=n) == 0
+        return zero
+
+    def batch_is_negligible(self, a: GCBatch) -> np.ndarray:
+        """``count == 0`` and every other component within ``1e-9`` of zero."""
+        self._check_batch(a)
+        n = len(a)
+        ok = (a.count == 0) & (np.abs(a.sums) <= NEGLIGIBLE).all(axis=1)
+        ok &= (np.abs(a.prods) <= NEGLIGIBLE).all(axis=1)
+        if a.nnz:
+            big = np.abs(a.value) > NEGLIGIBLE
+            ok &= np.bincount(a.rows[big], minlength=n) == 0
+        return ok
+
+    def batch_lift(self, variable: str, values: np.ndarray) -> GCBatch:
+        """Lift a column: floats for continuous variables, integer codes for categorical ones."""
+        values = np.asarray(values)
+        if values.ndim != 1:
+            values = values.reshape(-1)
+        n = len(values)
+        if variable not in self._index:
+            return self.batch_ones(n)
+        i = self._index[variable]
+        if i < self._p:
+            x = self._continuous_column(variable, values)
+            b = self.batch_ones(n)
+            b.sums[:, i] = x
+            b.prods[:, self._pack_pos[i, i]] = x * x
+            return b
+        codes = self._code_column(variable, values)
+        j = i - self._p
+        b = self.batch_ones(n)
+        rows = np.repeat(np.arange(n, dtype=np.int64), 2)
+        entry = np.tile(np.array([j, self._off_d + j], dtype=np.int64), n)
+        b.rows, b.entry = rows, entry
+        b.key1 = np.repeat(codes, 2)
+        b.key2 = np.zeros(2 * n, dtype=np.int64)
+        b.value = np.ones(2 * n)
+        return b
+
+    @staticmethod
+    def _continuous_column(variable: str, values: np.ndarray) -> np.ndarray:
+        if values.size == 0:
+            return np.zeros(0, dtype=np.float64)
+        if values.dtype.kind in "iuf":
+            x = values.astype(np.float64)
+        elif values.dtype.kind == "O":
+            bad = [v for v in values.tolist() if not _is_real_number(v)]
+            if bad:
+                raise RingError(
+                    f"continuous variable {variable!r} needs finite numbers, got {bad[0]!r}"
+                )
+            x = values.astype(np.float64)
+        else:
+            first = values.ravel()[0] if values.size else values.dtype
+            raise RingError(
+                f"continuous variable {variable!r} needs finite numbers, got {first!r} "
+                f"(dtype {values.dtype})"
+            )
+        finite = np.isfinite(x)
+        if not finite.all():
+            bad = values[np.flatnonzero(~finite)[0]]
+            raise RingError(f"continuous variable {variable!r} needs finite numbers, got {bad!r}")
+        return x
+
+    @staticmethod
+    def _code_column(variable: str, values: np.ndarray) -> np.ndarray:
+        if values.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        kind = values.dtype.kind
+        if kind == "i":
+            return values.astype(np.int64, copy=False)
+        if kind == "u":
+            if values.size and values.max() > np.iinfo(np.int64).max:
+                raise RingError(f"categorical variable {variable!r}: code {values.max()} too large")
+            return values.astype(np.int64)
+        if kind == "O":
+            lst = values.tolist()
+            bad = [v for v in lst if not isinstance(v, numbers.Integral) or isinstance(v, bool)]
+            if not bad:
+                return np.asarray(lst, dtype=np.int64)
+            first = bad[0]
+        else:
+            first = values.ravel()[0] if values.size else values.dtype
+        raise RingError(
+            f"categorical variable {variable!r} needs integer category codes in the batched "
+            f"face, got {first!r} (dtype {values.dtype}); dictionary-encode the values first"
+        )
+
+    # ---------------------------------------------------------------- serialization
+    def batch_to_bytes(self, batch: GCBatch) -> bytes:
+        self._check_batch(batch)
+        header = json.dumps(
+            {
+                "ring": self.name,
+                "version": _VERSION,
+                "continuous": list(self.continuous),
+                "categorical": list(self.categorical),
+                "n": len(batch),
+                "nnz": batch.nnz,
+            }
+        ).encode()
+        arrays = [
+            batch.count.astype("<f8"),
+            batch.sums.astype("<f8"),
+            batch.prods.astype("<f8"),
+            batch.rows.astype("<i8"),
+            batch.entry.astype("<i8"),
+            batch.key1.astype("<i8"),
+            batch.key2.astype("<i8"),
+            batch.value.astype("<f8"),
+        ]
+        return b"".join(
+            [_MAGIC, struct.pack("<I", len(header)), header]
+            + [np.ascontiguousarray(x).tobytes() for x in arrays]
+        )
+
+    def batch_from_bytes(self, data: bytes) -> GCBatch:
+        data = bytes(data)
+        if data[:4] != _MAGIC or len(data) < 8:
+            raise RingError("not a serialized generalized covariance batch")
+        (hlen,) = struct.unpack("<I", data[4:8])
+        try:
+            header = json.loads(data[8 : 8 + hlen].decode())
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise RingError(f"corrupt batch header: {exc}") from None
+        if (
+            header.get("ring") != self.name
+            or header.get("version") != _VERSION
+            or tuple(header.get("continuous", ())) != self.continuous
+            or tuple(header.get("categorical", ())) != self.categorical
+        ):
+            raise RingError(f"serialized batch is not for {self!r}: {header}")
+        n, nnz = int(header["n"]), int(header["nnz"])
+        p, pk = self._p, self._packed
+        shapes = [
+            ("<f8", (n,)),
+            ("<f8", (n, p)),
+            ("<f8", (n, pk)),
+            ("<i8", (nnz,)),
+            ("<i8", (nnz,)),
+            ("<i8", (nnz,)),
+            ("<i8", (nnz,)),
+            ("<f8", (nnz,)),
+        ]
+        pos = 8 + hlen
+        arrays = []
+        for dt, shape in shapes:
+            size = 8 * int(np.prod(shape))
+            if pos + size > len(data):
+                raise RingError("truncated serialized batch")
+            arr = np.frombuffer(data, dtype=dt, count=size // 8, offset=pos).reshape(shape)
+            arrays.append(arr.astype(np.float64 if dt == "<f8" else np.int64))
+            pos += size
+        if pos != len(data):
+            raise RingError("trailing bytes after serialized batch")
+        count, sums, prods, rows, entry, key1, key2, value = arrays
+        if nnz and (
+            rows.min() < 0 or rows.max() >= n or entry.min() < 0 or entry.max() >= self.n_entries
+        ):
+            raise RingError("corrupt serialized batch: row or entry out of range")
+        return self._make(count, sums, prods, rows, entry, key1, key2, value)
+
+    def to_bytes(self, a: GCPayload) -> bytes:
+        """Serialize one element (integer category codes only)."""
+        return self.batch_to_bytes(self.batch_from([a]))
+
+    def from_bytes(self, data: bytes) -> GCPayload:
+        batch = self.batch_from_bytes(data)
+        if len(batch) != 1:
+            raise RingError(f"expected one serialized element, got {len(batch)}")
+        return self.batch_to_list(batch)[0]

@@ -1,0 +1,452 @@
+"""Tests of the generalized covariance ring (F-IVM Definitions 8-9, notes §9.2, W11)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ring_laws import check_axioms, check_batched_agrees
+from ringml.rings.base import RingError
+from ringml.rings.categorical import GCBatch, GCPayload, GeneralizedCovarianceRing
+
+G = GeneralizedCovarianceRing
+
+RINGS = [
+    G(["x", "y"], ["u", "v", "w"]),
+    G([], ["u", "v"]),
+    G(["x", "y", "z"], []),
+    G(["x"], ["u"]),
+]
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def lift_value(ring: G, var: str, x: int):
+    return x if ring.is_categorical(var) else float(x)
+
+
+@st.composite
+def payloads(draw, ring: G):
+    """Sums of integer multiples of products of lifts (integer-valued floats: exact)."""
+    if not ring.variables:
+        return ring.scale(ring.one(), draw(st.integers(-3, 3)))
+    lifts = st.tuples(st.sampled_from(ring.variables), st.integers(-2, 3))
+    terms = draw(st.lists(st.tuples(st.integers(-2, 2), st.lists(lifts, max_size=3)), max_size=3))
+    acc = ring.zero()
+    for k, factors in terms:
+        term = ring.one()
+        for var, x in factors:
+            term = ring.mul(term, ring.lift(var, lift_value(ring, var, x)))
+        acc = ring.add(acc, ring.scale(term, k))
+    return acc
+
+
+@st.composite
+def ring_and_elements(draw, count: int | None = None):
+    ring = draw(st.sampled_from(RINGS))
+    n = count if count is not None else draw(st.integers(0, 6))
+    xs = [draw(payloads(ring)) for _ in range(n)]
+    if count is not None:
+        return ring, xs
+    ys = [draw(payloads(ring)) for _ in range(n)]
+    return ring, xs, ys
+
+
+# ------------------------------------------------------------------- ring laws
+@SETTINGS
+@given(ring_and_elements(count=3))
+def test_ring_axioms(data):
+    ring, (a, b, c) = data
+    check_axioms(ring, a, b, c)
+
+
+@SETTINGS
+@given(ring_and_elements())
+def test_batched_agrees_with_scalar(data):
+    ring, xs, ys = data
+    check_batched_agrees(ring, xs, ys)
+
+
+@SETTINGS
+@given(ring_and_elements(count=4))
+def test_batch_take_concat_sum_by_negligible(data):
+    ring, xs = data
+    b = ring.batch_from(xs)
+    idx = np.array([3, 3, 0, -1, 1])
+    got = ring.batch_to_list(ring.batch_take(b, idx))
+    for g, i in zip(got, idx, strict=True):
+        assert ring.equal(g, xs[i])
+    assert ring.batch_len(ring.batch_concat([])) == 0
+    resized = ring.batch_resize(b, 6)
+    assert ring.batch_len(resized) == 6 and all(
+        ring.batch_is_zero(ring.batch_take(resized, [4, 5]))
+    )
+    total = ring.batch_sum(b)
+    expected = ring.zero()
+    for x in xs:
+        expected = ring.add(expected, x)
+    assert ring.equal(total, expected)
+    diff = ring.batch_sub(b, b)
+    assert all(ring.batch_is_zero(diff)) and all(ring.batch_is_negligible(diff))
+    assert list(ring.batch_is_negligible(b)) == [ring.is_zero(x) for x in xs]
+
+
+def test_zero_test_is_exact():
+    ring = G(["x"], ["u"])
+    # delete (x=1, u=3), insert (x=2, u=3): count 0, sums non-zero -> not zero
+    delta = ring.sub(
+        ring.mul(ring.lift("x", 2.0), ring.lift("u", 3)),
+        ring.mul(ring.lift("x", 1.0), ring.lift("u", 3)),
+    )
+    assert delta.count == 0 and not ring.is_zero(delta)
+    b = ring.batch_from([delta, ring.zero()])
+    assert list(ring.batch_is_zero(b)) == [False, True]
+    assert list(ring.batch_is_negligible(b)) == [False, True]
+    tiny = ring.element(0, products={("x", "u"): {3: 1e-12}})
+    assert not ring.is_zero(tiny)
+    tb = ring.batch_from([tiny])
+    assert list(ring.batch_is_zero(tb)) == [False]
+    assert list(ring.batch_is_negligible(tb)) == [True]
+
+
+# ------------------------------------------------------------- semantics
+def test_lifts_and_same_variable_join():
+    ring = G(["x"], ["u", "v"])
+    lx = ring.lift("x", 3.0)
+    assert lx == GCPayload(1.0, {0: 3.0}, {(0, 0): 9.0})
+    lu = ring.lift("u", 7)
+    assert lu == GCPayload(1.0, {1: {7: 1.0}}, {(1, 1): {7: 1.0}})  # Q_uu = s_u
+    assert ring.equal(ring.lift("nope", 1), ring.one())
+    # s_a[u] ⊗ s_b[u] joins on u: equal categories meet, different ones do not
+    sq = ring.mul(lu, lu)
+    assert ring.entry(sq, "u") == {7: 2.0} and ring.entry(sq, "u", "u") == {7: 4.0}
+    other = ring.mul(lu, ring.lift("u", 8))
+    assert ring.entry(other, "u") == {7: 1.0, 8: 1.0}
+    assert ring.entry(other, "u", "u") == {7: 1.0, 8: 1.0}
+    # cross-variable keys pair up; the pair keys follow global order (u before v)
+    uv = ring.mul(ring.mul(ring.lift("v", 2), lu), lx)
+    assert ring.entry(uv, "u", "v") == {(7, 2): 1.0}
+    assert ring.entry(uv, "v", "u") == {(2, 7): 1.0}
+    assert ring.entry(uv, "x", "v") == {2: 3.0}  # SUM(x) GROUP BY v
+    assert ring.entry(uv, "x", "x") == 9.0
+    # any hashable category at the scalar face
+    s = ring.mul(ring.lift("u", "red"), ring.lift("v", ("a", 1)))
+    assert ring.entry(s, "u", "v") == {("red", ("a", 1)): 1.0}
+    assert ring.count_tables(s)[("u", "v")] == {("red", ("a", 1)): 1.0}
+
+
+def test_element_builder_and_equality_by_config():
+    ring = G(["x"], ["u", "v"])
+    e = ring.element(2, {"u": {1: 2}, "x": 3}, {("v", "u"): {(5, 1): 1}, ("u", "x"): {1: 4}})
+    assert e.products[(1, 2)] == {(1, 5): 1.0}
+    assert e.products[(0, 1)] == {1: 4.0}
+    assert G(["x"], ["u", "v"]) == ring and hash(G(["x"], ["u", "v"])) == hash(ring)
+    assert G(["x"], ["v", "u"]) != ring
+    assert ring.lifted_variables == {"x", "u", "v"}
+    assert ring.variables == ("x", "u", "v")
+
+
+# ------------------------------------------------------------------ W11 / Ex. 19
+def _group(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    return uniq, inv.reshape(-1)
+
+
+def test_example_19_view_tree_by_hand():
+    ring = G(["A", "B", "D", "E"], ["C"])
+    R = {"A": np.array([1, 1, 2, 3]), "B": np.array([1.0, 2, 3, 4])}
+    S = {"A": np.array([1, 1, 1, 2]), "C": np.array([1, 1, 2, 2]), "E": np.array([1.0, 2, 3, 4])}
+    T = {"C": np.array([1, 2, 2, 3]), "D": np.array([1.0, 2, 3, 4])}
+
+    # leaves: V^{@B}_R[A], V^{@E}_S[A,C], V^{@D}_T[C]
+    r_keys, r_inv = _group(R["A"])
+    v_r = ring.batch_sum_by(ring.batch_lift("B", R["B"]), r_inv, len(r_keys))
+    s_keys, s_inv = _group(np.stack([S["A"], S["C"]], axis=1))
+    v_s = ring.batch_sum_by(ring.batch_lift("E", S["E"]), s_inv, len(s_keys))
+    t_keys, t_inv = _group(T["C"])
+    v_t = ring.batch_sum_by(ring.batch_lift("D", T["D"]), t_inv, len(t_keys))
+    assert ring.equal(ring.batch_to_list(v_t)[1], ring.element(2, {"D": 5}, {("D", "D"): 13}))
+
+    # V^{@C}_{ST}[A] = ⊕_C V_T[C] * V_S[A,C] * g_C(C)
+    c_vals = s_keys[:, 1]
+    t_pos = np.searchsorted(t_keys, c_vals)
+    assert (t_keys[t_pos] == c_vals).all()
+    prod = ring.batch_mul(
+        ring.batch_mul(ring.batch_take(v_t, t_pos), v_s), ring.batch_lift("C", c_vals)
+    )
+    st_keys, st_inv = _group(s_keys[:, 0])
+    v_st = ring.batch_sum_by(prod, st_inv, len(st_keys))
+    expected_st2 = ring.element(
+        2,
+        {"C": {2: 2}, "D": 5, "E": 8},
+        {
+            ("C", "C"): {2: 2},
+            ("C", "D"): {2: 5},
+            ("C", "E"): {2: 8},
+            ("D", "D"): 13,
+            ("D", "E"): 20,
+            ("E", "E"): 32,
+        },
+    )
+    got_st2 = ring.batch_to_list(v_st)[list(st_keys).index(2)]
+    assert ring.equal(got_st2, expected_st2), got_st2
+
+    # root: ⊕_A V_R[A] * V_ST[A] * g_A(A), A in both children
+    common = np.intersect1d(r_keys, st_keys)
+    root_b = ring.batch_mul_sum(
+        [
+            ring.batch_take(v_r, np.searchsorted(r_keys, common)),
+            ring.batch_take(v_st, np.searchsorted(st_keys, common)),
+            ring.batch_lift("A", common.astype(float)),
+        ]
+    )
+    root = ring.batch_to_list(root_b)[0]
+
+    w10_vars = ["A", "B", "C", "D", "E"]
+    w10_s = [12, 18, 16, 19, 26]
+    w10_q = [
+        [16, 24, 20, 24, 34],
+        [24, 38, 30, 36, 51],
+        [20, 30, 28, 34, 46],
+        [24, 36, 34, 43, 56],
+        [34, 51, 46, 56, 78],
+    ]
+    cont = [i for i, v in enumerate(w10_vars) if v != "C"]
+    sums: dict = {w10_vars[i]: w10_s[i] for i in cont}
+    sums["C"] = {1: 4, 2: 6}
+    products: dict = {(w10_vars[i], w10_vars[j]): w10_q[i][j] for i in cont for j in cont if i <= j}
+    products.update(
+        {
+            ("C", "C"): {1: 4, 2: 6},
+            ("A", "C"): {1: 4, 2: 8},
+            ("B", "C"): {1: 6, 2: 12},
+            ("C", "D"): {1: 4, 2: 15},
+            ("C", "E"): {1: 6, 2: 20},
+        }
+    )
+    expected_root = ring.element(10, sums, products)
+    assert ring.equal(root, expected_root), root
+    assert ring.count_tables(root) == {(): 10.0, ("C",): {1: 4.0, 2: 6.0}}
+    # one-hot read-out reproduces the W10 Gram matrix after merging C's columns
+    count, s, Q = ring.to_dense(root, {"C": [1, 2]})
+    assert count == 10
+    weights = np.array([1, 2])  # c_1 = 1, c_2 = 2: collapse one-hot back to the value of C
+    s_c = s[4:] @ weights
+    assert s_c == 16 and Q[4:, 4:].diagonal() @ (weights**2) == 28
+
+
+# ------------------------------------------------------------ one-hot oracle
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_one_hot_oracle_on_mixed_join(seed):
+    rng = np.random.default_rng(seed)
+    ring = G(["x1", "x2", "x3"], ["c1", "c2"])
+    dom_c1, dom_c2 = [3, 10, 42], [0, 5, 7, 1000]
+    R = pd.DataFrame(
+        {
+            "a": rng.integers(0, 4, 12),
+            "x1": rng.integers(-3, 4, 12).astype(float),
+            "c1": rng.choice(dom_c1, 12),
+        }
+    )
+    S = pd.DataFrame(
+        {
+            "a": rng.integers(0, 4, 15),
+            "b": rng.integers(0, 4, 15),
+            "x2": rng.integers(-3, 4, 15).astype(float),
+            "c2": rng.choice(dom_c2, 15),
+        }
+    )
+    T = pd.DataFrame({"b": rng.integers(0, 4, 10), "x3": rng.integers(-3, 4, 10).astype(float)})
+
+    # factorized: V_R[a], V_T[b] (dense over the key domain 0..3; absent keys are zero)
+    v_r = ring.batch_sum_by(
+        ring.batch_mul(
+            ring.batch_lift("x1", R.x1.to_numpy()), ring.batch_lift("c1", R.c1.to_numpy())
+        ),
+        R.a.to_numpy(),
+        4,
+    )
+    v_t = ring.batch_sum_by(ring.batch_lift("x3", T.x3.to_numpy()), T.b.to_numpy(), 4)
+    root_b = ring.batch_mul_sum(
+        [
+            ring.batch_take(v_r, S.a.to_numpy()),
+            ring.batch_take(v_t, S.b.to_numpy()),
+            ring.batch_lift("x2", S.x2.to_numpy()),
+            ring.batch_lift("c2", S.c2.to_numpy()),
+        ]
+    )
+    root = ring.batch_to_list(root_b)[0]
+
+    flat = R.merge(S, on="a").merge(T, on="b")
+    M = np.column_stack(
+        [flat[["x1", "x2", "x3"]].to_numpy()]
+        + [(flat.c1.to_numpy()[:, None] == np.array(dom_c1)).astype(float)]
+        + [(flat.c2.to_numpy()[:, None] == np.array(dom_c2)).astype(float)]
+    )
+    count, s, Q = ring.to_dense(root, {"c1": dom_c1, "c2": dom_c2})
+    assert count == len(flat)
+    np.testing.assert_array_equal(s, M.sum(axis=0))
+    np.testing.assert_array_equal(Q, M.T @ M)
+
+    tables = ring.count_tables(root)
+    assert tables[()] == len(flat)
+    assert tables[("c1",)] == {k: float(v) for k, v in flat.c1.value_counts().items()}
+    pair_counts = flat.groupby(["c1", "c2"]).size()
+    assert tables[("c1", "c2")] == {(a, b): float(v) for (a, b), v in pair_counts.items()}
+
+    # the flat computation (lift every column of the join, multiply, sum) agrees
+    if len(flat):
+        flat_b = ring.batch_mul_sum(
+            [ring.batch_lift(v, flat[v].to_numpy()) for v in ring.variables]
+        )
+        assert ring.equal(ring.batch_to_list(flat_b)[0], root)
+
+
+def test_w14_count_tables():
+    ring = G([], ["A", "B", "C", "D"])
+    R = pd.DataFrame({"A": [1, 1, 2, 3, 3], "B": [1, 2, 1, 2, 3]})
+    S = pd.DataFrame({"B": [1, 1, 2, 2, 3, 2], "C": [1, 2, 1, 2, 1, 1], "D": [1, 1, 2, 2, 1, 1]})
+    flat = R.merge(S, on="B")
+    root = ring.batch_sum(
+        ring.batch_mul_sum([ring.batch_lift(v, flat[v].to_numpy()) for v in "ABCD"])
+    )
+    t = ring.count_tables(root)
+    assert t[()] == 11
+    assert t[("A",)] == {1: 5, 2: 2, 3: 4}
+    assert t[("B",)] == {1: 4, 2: 6, 3: 1}
+    assert t[("C",)] == {1: 7, 2: 4}
+    assert t[("D",)] == {1: 7, 2: 4}
+    assert sum(t[("A", "B")].values()) == 11
+
+
+# --------------------------------------------------------------------- scale
+def test_scale_many_categories_sparse():
+    ring = G(["x"], ["c"])
+    n, k = 100_000, 10_000
+    rng = np.random.default_rng(0)
+    codes = rng.permutation(np.arange(n) % k).astype(np.int64) * 7 + 3  # sparse code space
+    xs = rng.integers(1, 6, n).astype(float)  # positive: no SUM(x) GROUP BY c cancels
+    t0 = time.perf_counter()
+    prod = ring.batch_mul(ring.batch_lift("c", codes), ring.batch_lift("x", xs))
+    total = ring.batch_sum_by(prod, np.zeros(n, dtype=np.int64), 1)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 1.0, elapsed
+    # per row: s_c, Q_cc, Q_xc -> 3 entries; after summing: 3 per present category
+    assert prod.nnz <= 3 * n
+    assert total.nnz == 3 * k
+    assert total.value.nbytes + total.key1.nbytes < 1_000_000
+    root = ring.batch_to_list(total)[0]
+    assert root.count == n
+    assert ring.entry(root, "c") == {int(c): 10.0 for c in np.unique(codes)}
+    by_code = pd.Series(xs).groupby(codes).sum()
+    expected = {int(c): float(v) for c, v in by_code.items() if v != 0}
+    assert ring.entry(root, "x", "c") == expected
+    assert ring.entry(root, "x") == xs.sum()
+
+
+def test_scatter_add_and_clear_in_place():
+    ring = G(["x"], ["u", "v"])
+    acc = ring.batch_accumulator(5)
+    vals = ring.batch_mul(
+        ring.batch_lift("u", np.array([1, 2, 1])), ring.batch_lift("v", np.array([4, 4, 5]))
+    )
+    out = ring.batch_scatter_add(acc, np.array([4, 0, 2]), vals)
+    assert out is acc
+    out = ring.batch_scatter_add(acc, np.array([0, 0, 1]), vals)  # repeated slots also work
+    got = ring.batch_to_list(out)
+    assert ring.equal(
+        got[0],
+        ring.add(
+            ring.mul(ring.lift("u", 2), ring.lift("v", 4)),
+            ring.add(
+                ring.mul(ring.lift("u", 1), ring.lift("v", 4)),
+                ring.mul(ring.lift("u", 2), ring.lift("v", 4)),
+            ),
+        ),
+    )
+    assert ring.equal(got[1], ring.mul(ring.lift("u", 1), ring.lift("v", 5)))
+    ring.batch_clear(acc, np.array([0, 4]))
+    assert list(ring.batch_is_zero(acc)) == [True, False, False, True, True]
+
+
+# ---------------------------------------------------------------- bad input
+def test_bad_lift_values():
+    ring = G(["x"], ["c"])
+    for bad in ([1.0, np.nan], [np.inf], ["abc"], np.array([1.0, None], dtype=object)):
+        with pytest.raises(RingError, match="'x'"):
+            ring.batch_lift("x", np.asarray(bad))
+    with pytest.raises(RingError, match="nan"):
+        ring.batch_lift("x", np.array([1.0, np.nan]))
+    with pytest.raises(RingError, match="abc"):
+        ring.batch_lift("x", np.array(["abc"]))
+    for bad in ([1.5, 2.0], ["red"], np.array([1, "a"], dtype=object)):
+        with pytest.raises(RingError, match="'c'.*integer category codes"):
+            ring.batch_lift("c", np.asarray(bad))
+    with pytest.raises(RingError, match="'x'"):
+        ring.lift("x", "3")
+    with pytest.raises(RingError, match="'x'"):
+        ring.lift("x", float("nan"))
+    with pytest.raises(RingError, match="'c'"):
+        ring.lift("c", None)
+    with pytest.raises(RingError, match="'c'"):
+        ring.lift("c", [1, 2])
+    b = ring.batch_lift("c", np.array([1, 2], dtype=np.uint8))
+    assert ring.batch_to_list(b)[1] == ring.lift("c", 2)
+
+
+def test_bad_configuration_and_batches():
+    with pytest.raises(RingError, match="twice"):
+        G(["x"], ["x"])
+    with pytest.raises(RingError):
+        G("xy", [])
+    with pytest.raises(RingError):
+        G([1], [])
+    ring = G(["x"], ["c"])
+    with pytest.raises(RingError, match="lengths"):
+        ring.batch_add(ring.batch_ones(2), ring.batch_ones(3))
+    with pytest.raises(RingError):
+        ring.batch_mul(ring.batch_ones(2), G(["x", "y"], ["c"]).batch_ones(2))
+    with pytest.raises(RingError, match="does not belong"):
+        ring.batch_add(ring.batch_ones(2), G(["x"], ["d"]).batch_ones(2))
+    assert ring.batch_len(ring.batch_lift("c", np.array([]))) == 0
+    assert ring.batch_len(ring.batch_lift("x", np.array([], dtype=object))) == 0
+    with pytest.raises(RingError, match="integer category codes"):
+        ring.batch_from([ring.lift("c", "red")])
+    with pytest.raises(RingError, match="group"):
+        ring.batch_sum_by(ring.batch_ones(2), np.array([0, 2]), 2)
+    with pytest.raises(RingError, match="not in the given categories"):
+        ring.to_dense(ring.lift("c", 4), {"c": [1, 2]})
+    with pytest.raises(RingError, match="unknown variable"):
+        ring.element(1, {"nope": 1.0})
+    with pytest.raises(RingError):
+        ring.element(1, {"x": {1: 2.0}})  # continuous entry keyed by a category
+    data = ring.batch_to_bytes(ring.batch_lift("c", np.array([1, 2])))
+    with pytest.raises(RingError, match="not for"):
+        G(["x"], ["d"]).batch_from_bytes(data)
+    with pytest.raises(RingError):
+        ring.batch_from_bytes(b"garbage")
+    with pytest.raises(RingError, match="truncated"):
+        ring.batch_from_bytes(data[:-3])
+    with pytest.raises(RingError):
+        ring.from_bytes(data)  # two elements
+
+
+def test_serialization_round_trip_and_no_pickle():
+    ring = G(["x", "y"], ["u", "v"])
+    b = ring.batch_mul(
+        ring.batch_lift("u", np.array([5, 6, 7])),
+        ring.batch_add(
+            ring.batch_lift("v", np.array([1, 2, 3])),
+            ring.batch_lift("x", np.array([0.5, 1.5, 2.5])),
+        ),
+    )
+    data = ring.batch_to_bytes(b)
+    assert b"pickle" not in data and data[:4] == b"RGCB"
+    back = ring.batch_from_bytes(data)
+    assert isinstance(back, GCBatch)
+    for x, y in zip(ring.batch_to_list(back), ring.batch_to_list(b), strict=True):
+        assert ring.equal(x, y)
