@@ -88,8 +88,15 @@ class TupleCounts:
 
     @staticmethod
     def fingerprints(frame: pd.DataFrame) -> np.ndarray:
-        parts = [_value_keys(frame[c].to_numpy())[0] for c in frame.columns]
-        return hash_rows(np.concatenate(parts, axis=1)).view(np.int64)
+        """A 64-bit hash of every row; numbers hash by value (``1 == 1.0``)."""
+        columns = []
+        for c in frame.columns:
+            data = frame[c].to_numpy()
+            if data.dtype.kind in "iufb":
+                columns.append((data.astype(np.float64) + 0.0).view(np.int64))
+            else:
+                columns.append(_value_keys(data)[0][:, 1])
+        return hash_rows(np.column_stack(columns)).view(np.int64)
 
     def check(
         self, fingerprints: np.ndarray, signs: np.ndarray

@@ -72,33 +72,69 @@ class Dictionary:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._index = KeyIndex(2)
+        # one index per kind of value (ints use direct addressing when dense), slot -> code
+        self._indices: dict[int, tuple[KeyIndex, np.ndarray]] = {}
+        self._size = 0
         self._values: list[np.ndarray] = []
         self._decoded: np.ndarray | None = None
         self._numeric: np.ndarray | None = None
 
     def __len__(self) -> int:
-        return len(self._index)
+        return self._size
+
+    def _lookup(self, keys: np.ndarray) -> np.ndarray:
+        codes = np.full(keys.shape[0], -1, dtype=np.int64)
+        kinds = keys[:, 0]
+        first = kinds[0] if kinds.size else 0
+        groups = (
+            [(first, None)]
+            if (kinds == first).all()
+            else [(k, np.flatnonzero(kinds == k)) for k in np.unique(kinds)]
+        )
+        for kind, rows in groups:
+            if int(kind) not in self._indices:
+                continue
+            index, slot_code = self._indices[int(kind)]
+            bits = keys[:, 1] if rows is None else keys[rows, 1]
+            slots = index.lookup(bits[:, None])
+            found = np.where(slots >= 0, slot_code[np.maximum(slots, 0)], -1)
+            if rows is None:
+                codes = found
+            else:
+                codes[rows] = found
+        return codes
 
     def lookup(self, values: np.ndarray) -> np.ndarray:
         """Codes of known values, -1 for unknown ones; never assigns codes."""
         keys, _ = _value_keys(np.asarray(values))
-        return self._index.lookup(keys)
+        return self._lookup(keys)
 
     def encode(self, values: np.ndarray) -> np.ndarray:
         """Codes of ``values``, assigning fresh codes to unseen values."""
         values = np.asarray(values)
         keys, stored = _value_keys(values)
-        codes = self._index.lookup(keys)
+        codes = self._lookup(keys)
         unseen = codes < 0
         if unseen.any():
             unique_keys, first, inverse = np.unique(
                 keys[unseen], axis=0, return_index=True, return_inverse=True
             )
-            new_codes, _ = self._index.get_or_insert(unique_keys)
-            order = np.argsort(new_codes)
+            new_codes = np.arange(self._size, self._size + unique_keys.shape[0], dtype=np.int64)
+            for kind in np.unique(unique_keys[:, 0]):
+                rows = np.flatnonzero(unique_keys[:, 0] == kind)
+                index, slot_code = self._indices.get(
+                    int(kind), (KeyIndex(1), np.zeros(0, dtype=np.int64))
+                )
+                slots, _ = index.get_or_insert(unique_keys[rows, 1][:, None])
+                if index.capacity > slot_code.size:
+                    grown = np.full(index.capacity, -1, dtype=np.int64)
+                    grown[: slot_code.size] = slot_code
+                    slot_code = grown
+                slot_code[slots] = new_codes[rows]
+                self._indices[int(kind)] = (index, slot_code)
+            self._size += unique_keys.shape[0]
             positions = np.flatnonzero(unseen)[first]
-            self._values.append(np.asarray(stored, dtype=object)[positions[order]])
+            self._values.append(np.asarray(stored, dtype=object)[positions])
             self._decoded = self._numeric = None
             codes[unseen] = new_codes[inverse.ravel()]
         return codes

@@ -178,7 +178,21 @@ class KeyIndex:
         found = np.full(n, -1, dtype=np.int64)
         stop = np.zeros(n, dtype=np.int64)
         pos = (h & np.uint64(mask)).astype(np.int64)
-        active = np.arange(n)
+        # most keys sit in their home cell: settle those with one gather
+        home = table[pos]
+        occupied = home >= 0
+        settled = home == _EMPTY
+        if occupied.any():
+            occ = np.flatnonzero(occupied)
+            if self.width == 1:
+                same = self.keys[home[occ], 0] == keys[occ, 0]
+            else:
+                same = (self.keys[home[occ]] == keys[occ]).all(axis=1)
+            found[occ[same]] = home[occ[same]]
+            settled[occ[same]] = True
+        stop[settled] = pos[settled]
+        active = np.flatnonzero(~settled)
+        pos = pos[active]
         offsets = np.arange(_WINDOW, dtype=np.int64)
         while active.size:
             cells = (pos[:, None] + offsets) & mask
