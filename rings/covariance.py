@@ -1,0 +1,1197 @@
+"""The continuous covariance ring of degree m (F-IVM Definitions 6 and 7).
+
+An element is a triple ``(c, s, Q)``: a count, the per-variable sums and the Gram matrix
+``Σ x xᵀ`` over the ``m`` continuous variables of the ring.  Addition is component-wise and
+
+    (c_a, s_a, Q_a) * (c_b, s_b, Q_b)
+        = (c_a c_b,  c_b s_a + c_a s_b,  c_b Q_a + c_a Q_b + s_a s_bᵀ + s_b s_aᵀ).
+
+Layout (notes §9.1.3, Remark 4): a payload only stores the *block* of variables it has seen
+(global variable indices, in storage order).  Variables outside the block are zero entries.
+Multiplying payloads over disjoint blocks (what a view tree does, since every variable is
+lifted once) assembles ``[[c_b Q_a, s_a s_bᵀ], [s_b s_aᵀ, c_a Q_b]]`` over the concatenated
+block.  The batched face stores ``Q`` as its packed upper triangle (row-major, diagonal
+included).
+
+Numerics (ecosystem notes §6): every variable ``j`` gets a fixed *shift* ``h_j`` (the mean
+of its first lifted batch, rounded to a float32-representable value) and payloads hold the
+moments of ``x' = x − h``.  The shift is an affine change of variables: covariances and
+regression slopes are unchanged, and :meth:`CovarianceRing.moments` /
+:meth:`CovarianceRing.statistics` give results in original units.  Counts are exact
+integers; accumulators (:meth:`CovarianceRing.batch_accumulator`) add compensated (TwoSum)
+low-order parts to the floating components.
+"""
+
+from __future__ import annotations
+
+import decimal
+import itertools
+import json
+import math
+import numbers
+import operator
+import os
+import struct
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from .base import Ring, RingError
+
+__all__ = [
+    "CovarianceBatch",
+    "CovariancePayload",
+    "CovarianceRing",
+    "CovarianceStatistics",
+]
+
+Block = tuple[int, ...]
+
+# ---------------------------------------------------------------------------- index maps
+
+
+def _plen(k: int) -> int:
+    """Length of the packed upper triangle (diagonal included) of a k x k matrix."""
+    return k * (k + 1) // 2
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+@lru_cache(maxsize=256)
+def _triu(k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row and column indices of the packed upper triangle, row-major."""
+    i, j = np.triu_indices(k)
+    return _frozen(i.astype(np.intp)), _frozen(j.astype(np.intp))
+
+
+@lru_cache(maxsize=256)
+def _packed_table(k: int) -> np.ndarray:
+    """``T[i, j]`` = position of entry ``(min(i,j), max(i,j))`` in the packed triangle."""
+    i, j = _triu(k)
+    table = np.empty((k, k), dtype=np.intp)
+    table[i, j] = np.arange(_plen(k))
+    table[j, i] = table[i, j]
+    return _frozen(table)
+
+
+@lru_cache(maxsize=4096)
+def _union(a: Block, b: Block) -> Block:
+    """``a``'s variables in order, then ``b``'s variables that ``a`` lacks."""
+    seen = set(a)
+    return a + tuple(v for v in b if v not in seen)
+
+
+@lru_cache(maxsize=4096)
+def _embed(src: Block, dst: Block) -> tuple[np.ndarray, np.ndarray]:
+    """Where ``src``'s sums and packed products go in ``dst`` (``src`` ⊆ ``dst``)."""
+    where = {v: p for p, v in enumerate(dst)}
+    pos = np.asarray([where[v] for v in src], dtype=np.intp)
+    i, j = _triu(len(src))
+    pmap = _packed_table(len(dst))[pos[i], pos[j]] if len(src) else np.zeros(0, np.intp)
+    return _frozen(pos), _frozen(np.asarray(pmap, dtype=np.intp))
+
+
+class _DisjointPlan:
+    """Precomputed assembly of ``Q_{a∪b}`` (packed) from ``Q_a``, ``s_a s_bᵀ`` and ``Q_b``."""
+
+    __slots__ = ("ka", "kb", "pa", "pb", "pu", "rows", "gather", "use_rows")
+
+    def __init__(self, ka: int, kb: int) -> None:
+        k = ka + kb
+        self.ka, self.kb = ka, kb
+        self.pa, self.pb, self.pu = _plen(ka), _plen(kb), _plen(k)
+        # Row r < ka of the union triangle is [c_b Q_a[r, r:], s_a[r] s_b]; the rows of b
+        # follow as the contiguous tail c_a Q_b.
+        rows = []
+        gather = np.empty(self.pu, dtype=np.intp)
+        at = 0
+        for r in range(ka):
+            u0 = r * k - r * (r - 1) // 2
+            a0 = r * ka - r * (r - 1) // 2
+            length = ka - r
+            rows.append((r, u0, a0, length))
+            gather[at : at + length] = np.arange(a0, a0 + length)
+            at += length
+            gather[at : at + kb] = self.pa + r * kb + np.arange(kb)
+            at += kb
+        gather[at:] = self.pa + ka * kb + np.arange(self.pb)
+        self.rows = tuple(rows)
+        self.gather = _frozen(gather)
+        # Row-wise writes cost two ufunc calls per row of a; one gather of the whole
+        # triangle wins when a is much wider than b (measured, numpy 2.x).
+        self.use_rows = ka <= 2 * kb + 4
+
+
+@lru_cache(maxsize=1024)
+def _disjoint_plan(ka: int, kb: int) -> _DisjointPlan:
+    return _DisjointPlan(ka, kb)
+
+
+@lru_cache(maxsize=4096)
+def _is_disjoint(a: Block, b: Block) -> bool:
+    return set(a).isdisjoint(b)
+
+
+# ------------------------------------------------------------------------- elements
+
+
+def _as_count(value: Any) -> int:
+    try:
+        return operator.index(value)
+    except TypeError:
+        if isinstance(value, float | np.floating) and float(value).is_integer():
+            return int(value)
+        raise RingError(f"covariance counts must be integers, got {value!r}") from None
+
+
+def _as_block(block: Any) -> Block:
+    out = tuple(operator.index(v) for v in block)
+    if len(set(out)) != len(out) or any(v < 0 for v in out):
+        raise RingError(f"a block lists distinct non-negative variable indices, got {out}")
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class CovariancePayload:
+    """One element ``(count, sums, products)`` of the covariance ring (scalar face).
+
+    ``block`` lists the global variable indices the arrays cover, in storage order;
+    ``products`` is the full symmetric ``(k, k)`` matrix.  Variables outside the block are
+    zero entries, so payloads over different blocks compare equal when they agree on the
+    union (``==`` is exact; use :meth:`CovarianceRing.equal` for tolerances).
+    """
+
+    block: Block
+    count: int
+    sums: np.ndarray
+    products: np.ndarray
+    ring_id: int | None = field(default=None, repr=False, kw_only=True)
+
+    def __post_init__(self) -> None:
+        block = _as_block(self.block)
+        k = len(block)
+        sums = np.array(self.sums, dtype=np.float64).reshape(-1)
+        products = np.array(self.products, dtype=np.float64)
+        if sums.shape != (k,) or products.shape != (k, k):
+            raise RingError(
+                f"payload over {k} variables needs sums ({k},) and products ({k},{k}), "
+                f"got {sums.shape} and {products.shape}"
+            )
+        if not np.array_equal(products, products.T, equal_nan=True):
+            raise RingError("covariance payload products must be a symmetric matrix")
+        object.__setattr__(self, "block", block)
+        object.__setattr__(self, "count", _as_count(self.count))
+        object.__setattr__(self, "sums", _frozen(sums))
+        object.__setattr__(self, "products", _frozen(products))
+
+    def _canonical(self) -> tuple[Block, np.ndarray, np.ndarray]:
+        """Sorted block without all-zero variables (for hashing)."""
+        keep = [
+            p for p in range(len(self.block)) if self.sums[p] != 0 or np.any(self.products[p] != 0)
+        ]
+        keep.sort(key=lambda p: self.block[p])
+        idx = np.asarray(keep, dtype=np.intp)
+        return (
+            tuple(self.block[p] for p in keep),
+            self.sums[idx] + 0.0,
+            self.products[np.ix_(idx, idx)] + 0.0,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CovariancePayload):
+            return NotImplemented
+        return _payload_equal(self, other, 0.0, 0.0)
+
+    def __hash__(self) -> int:
+        block, sums, products = self._canonical()
+        return hash((self.count, block, sums.tobytes(), products.tobytes()))
+
+
+@dataclass(eq=False)
+class CovarianceBatch:
+    """``n`` covariance payloads over one block (batched face).
+
+    ``count`` is ``(n,)`` int64, ``sums`` ``(n, k)`` float64 and ``products``
+    ``(n, k(k+1)/2)`` float64, the packed upper triangle in row-major order (diagonal
+    included).  Accumulators also carry ``sums_lo``/``products_lo``, the compensation
+    terms of TwoSum accumulation; the value of an entry is ``hi + lo``.
+    """
+
+    block: Block
+    count: np.ndarray
+    sums: np.ndarray
+    products: np.ndarray
+    sums_lo: np.ndarray | None = None
+    products_lo: np.ndarray | None = None
+    ring_id: int | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.block = tuple(self.block)
+        n, k = len(self.count), len(self.block)
+        if self.sums.shape != (n, k) or self.products.shape != (n, _plen(k)):
+            raise RingError(
+                f"covariance batch of {n} payloads over {k} variables needs sums ({n},{k}) "
+                f"and products ({n},{_plen(k)}), got {self.sums.shape}, {self.products.shape}"
+            )
+        if (self.sums_lo is None) != (self.products_lo is None):
+            raise RingError("sums_lo and products_lo are given together or not at all")
+
+    def __len__(self) -> int:
+        return len(self.count)
+
+    @property
+    def has_lo(self) -> bool:
+        """True for compensated accumulators."""
+        return self.sums_lo is not None
+
+
+@dataclass(frozen=True)
+class CovarianceStatistics:
+    """Count, mean and covariance in original units (see :meth:`CovarianceRing.statistics`)."""
+
+    variables: tuple[str, ...]
+    count: int
+    mean: np.ndarray
+    covariance: np.ndarray
+
+    @property
+    def variance(self) -> np.ndarray:
+        """The diagonal of :attr:`covariance`."""
+        return np.diag(self.covariance).copy()
+
+
+def _pad_full(p: CovariancePayload, union: Block) -> tuple[np.ndarray, np.ndarray]:
+    if p.block == union:
+        return p.sums, p.products
+    k = len(union)
+    pos, _ = _embed(p.block, union)
+    sums = np.zeros(k)
+    products = np.zeros((k, k))
+    sums[pos] = p.sums
+    products[np.ix_(pos, pos)] = p.products
+    return sums, products
+
+
+def _payload_equal(a: CovariancePayload, b: CovariancePayload, rtol: float, atol: float) -> bool:
+    if a.count != b.count:
+        return False
+    union = tuple(sorted(set(a.block) | set(b.block)))
+    sa, qa = _pad_full(a, union)
+    sb, qb = _pad_full(b, union)
+    close = lambda x, y: bool(np.all(np.abs(x - y) <= atol + rtol * np.abs(y)))  # noqa: E731
+    return close(sa, sb) and close(qa, qb)
+
+
+# -------------------------------------------------------------------- serialization
+
+_PAYLOAD_MAGIC = b"RCVP"
+_BATCH_MAGIC = b"RCVB"
+_FORMAT_VERSION = 1
+
+
+def _pack(magic: bytes, header: dict, arrays: Sequence[np.ndarray]) -> bytes:
+    head = json.dumps(header, separators=(",", ":")).encode()
+    parts = [magic, struct.pack("<I", len(head)), head]
+    for a in arrays:
+        dtype = "<i8" if a.dtype.kind in "iu" else "<f8"
+        parts.append(np.ascontiguousarray(a, dtype=dtype).tobytes())
+    return b"".join(parts)
+
+
+class _Reader:
+    def __init__(self, data: bytes, magic: bytes) -> None:
+        data = bytes(data)
+        if data[:4] != magic or len(data) < 8:
+            raise RingError("not a serialized covariance payload (bad magic)")
+        (size,) = struct.unpack("<I", data[4:8])
+        try:
+            self.header = json.loads(data[8 : 8 + size].decode())
+        except ValueError as exc:
+            raise RingError(f"corrupt covariance payload header: {exc}") from None
+        if self.header.get("version") != _FORMAT_VERSION:
+            raise RingError(f"unsupported covariance format version {self.header.get('version')}")
+        self.data, self.at = data, 8 + size
+
+    def array(self, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+        count = math.prod(shape)
+        end = self.at + 8 * count
+        if end > len(self.data):
+            raise RingError("truncated covariance payload data")
+        a = np.frombuffer(self.data, dtype=dtype, count=count, offset=self.at)
+        self.at = end
+        return a.astype(dtype[1:], copy=True).reshape(shape)
+
+    def done(self) -> None:
+        if self.at != len(self.data):
+            raise RingError("trailing bytes after covariance payload data")
+
+
+# ---------------------------------------------------------------------------- the ring
+
+_RINGS: weakref.WeakValueDictionary[int, CovarianceRing] = weakref.WeakValueDictionary()
+
+
+class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
+    """The continuous covariance ring of degree ``m = len(variables)`` (Definition 7).
+
+    Variable ``variables[j]`` has global index ``j``.  ``shift`` enables the per-variable
+    shift fixed at a variable's first lift (``ring.shifts``, NaN until fixed; zeros when
+    ``shift=False``); ``compensated`` makes :meth:`batch_accumulator` return TwoSum
+    accumulators; ``zero_atol`` is the tolerance of :meth:`batch_is_negligible`.  Rings are
+    equal when their configuration is; payloads made by one instance are refused by another
+    unless the two are equal and hold the same shifts.
+    """
+
+    name = "covariance"
+    commutative = True
+
+    def __init__(
+        self,
+        variables: Sequence[str],
+        shift: bool = True,
+        compensated: bool = True,
+        zero_atol: float = 1e-9,
+    ) -> None:
+        if isinstance(variables, str):
+            raise RingError("variables must be a sequence of names, not a single string")
+        names = tuple(str(v) for v in variables)
+        if len(set(names)) != len(names):
+            dup = next(v for v in names if names.count(v) > 1)
+            raise RingError(f"variable {dup!r} is listed twice")
+        self.variables = names
+        self.shift = bool(shift)
+        self.compensated = bool(compensated)
+        self.zero_atol = float(zero_atol)
+        self._index = {v: j for j, v in enumerate(names)}
+        self._shifts = np.full(len(names), np.nan if self.shift else 0.0)
+        # random ids: payloads keep their ring's id through pickling, and ids of rings made
+        # in different processes should not collide
+        self._id = int.from_bytes(os.urandom(8), "little") >> 2
+        _RINGS[self._id] = self
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        _RINGS.setdefault(self._id, self)
+
+    # ------------------------------------------------------------ configuration
+    @property
+    def m(self) -> int:
+        """The degree: number of continuous variables."""
+        return len(self.variables)
+
+    @property
+    def lifted_variables(self) -> frozenset[str]:
+        return frozenset(self.variables)
+
+    @property
+    def shifts(self) -> np.ndarray:
+        """Per-variable shifts ``h`` (global order; NaN until fixed).  Payloads hold x − h."""
+        return self._shifts.copy()
+
+    def set_shifts(self, shifts: Mapping[str, float]) -> None:
+        """Fix shifts explicitly (e.g. restoring a checkpoint) before any lift of them.
+
+        Setting a variable to its current shift is a no-op; changing a fixed shift raises.
+        """
+        for name, value in shifts.items():
+            j = self.index_of(name)
+            value = float(value)
+            if not math.isfinite(value):
+                raise RingError(f"shift of {name!r} must be finite, got {value!r}")
+            current = self._shifts[j]
+            if current == value:
+                continue
+            if not self.shift:
+                raise RingError(f"ring built with shift=False cannot shift {name!r}")
+            if not math.isnan(current):
+                raise RingError(f"shift of {name!r} is already fixed at {current!r}")
+            self._shifts[j] = value
+
+    def index_of(self, variable: str) -> int:
+        """Global index of a variable; :class:`RingError` if the ring does not know it."""
+        try:
+            return self._index[variable]
+        except (KeyError, TypeError):
+            raise RingError(
+                f"unknown continuous variable {variable!r} (ring variables: "
+                f"{', '.join(self.variables) or 'none'})"
+            ) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly configuration and shifts (unfixed shifts are ``None``)."""
+        return {
+            "ring": self.name,
+            "variables": list(self.variables),
+            "shift": self.shift,
+            "compensated": self.compensated,
+            "zero_atol": self.zero_atol,
+            "shifts": [None if math.isnan(h) else float(h) for h in self._shifts],
+        }
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, Any]) -> CovarianceRing:
+        """Inverse of :meth:`to_dict`."""
+        ring = cls(
+            config["variables"],
+            shift=config.get("shift", True),
+            compensated=config.get("compensated", True),
+            zero_atol=config.get("zero_atol", 1e-9),
+        )
+        shifts = config.get("shifts") or []
+        ring.set_shifts(
+            {v: h for v, h in zip(ring.variables, shifts, strict=True) if h is not None}
+        )
+        return ring
+
+    def _config(self) -> tuple:
+        return (self.variables, self.shift, self.compensated, self.zero_atol)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CovarianceRing):
+            return NotImplemented
+        return self._config() == other._config()
+
+    def __hash__(self) -> int:
+        return hash(("CovarianceRing",) + self._config())
+
+    def __repr__(self) -> str:
+        return (
+            f"CovarianceRing(variables={list(self.variables)!r}, shift={self.shift}, "
+            f"compensated={self.compensated}, zero_atol={self.zero_atol})"
+        )
+
+    def _same_shifts(self, other: CovarianceRing) -> bool:
+        return bool(np.array_equal(self._shifts, other._shifts, equal_nan=True))
+
+    def check_same_ring(self, other: Ring) -> None:
+        super().check_same_ring(other)
+        if other is not self and not self._same_shifts(other):  # type: ignore[arg-type]
+            raise RingError(
+                f"covariance rings differ in their shifts: {self._shifts} vs {other._shifts}"  # type: ignore[attr-defined]
+            )
+
+    def _foreign(self, rid: int) -> None:
+        other = _RINGS.get(rid)
+        if other is None:
+            raise RingError("payload belongs to a CovarianceRing instance that no longer exists")
+        if other != self:
+            raise RingError(f"payloads of different covariance rings: {self!r} and {other!r}")
+        if not self._same_shifts(other):
+            raise RingError(
+                "payloads of two CovarianceRing instances with different shifts "
+                f"({self._shifts} vs {other._shifts}); use one ring instance"
+            )
+
+    def _own(self, *items: CovariancePayload | CovarianceBatch) -> None:
+        for item in items:
+            rid = item.ring_id
+            if rid is not None and rid != self._id:
+                self._foreign(rid)
+
+    def _check_block(self, block: Block) -> None:
+        if block and max(block) >= self.m:
+            raise RingError(f"block {block} has variable indices beyond degree {self.m}")
+
+    # --------------------------------------------------------------- scalar face
+    def _payload(self, block: Block, count: int, sums, products) -> CovariancePayload:
+        return CovariancePayload(block, count, sums, products, ring_id=self._id)
+
+    def zero(self) -> CovariancePayload:
+        return self._payload((), 0, np.zeros(0), np.zeros((0, 0)))
+
+    def one(self) -> CovariancePayload:
+        return self._payload((), 1, np.zeros(0), np.zeros((0, 0)))
+
+    def add(self, a: CovariancePayload, b: CovariancePayload) -> CovariancePayload:
+        self._own(a, b)
+        union = _union(a.block, b.block)
+        sa, qa = _pad_full(a, union)
+        sb, qb = _pad_full(b, union)
+        return self._payload(union, a.count + b.count, sa + sb, qa + qb)
+
+    def mul(self, a: CovariancePayload, b: CovariancePayload) -> CovariancePayload:
+        self._own(a, b)
+        ca, cb = float(a.count), float(b.count)
+        if _is_disjoint(a.block, b.block):
+            cross = np.outer(a.sums, b.sums)
+            products = np.block([[cb * a.products, cross], [cross.T, ca * b.products]])
+            sums = np.concatenate([cb * a.sums, ca * b.sums])
+            return self._payload(a.block + b.block, a.count * b.count, sums, products)
+        union = _union(a.block, b.block)
+        sa, qa = _pad_full(a, union)
+        sb, qb = _pad_full(b, union)
+        products = cb * qa + ca * qb + np.outer(sa, sb) + np.outer(sb, sa)
+        return self._payload(union, a.count * b.count, cb * sa + ca * sb, products)
+
+    def neg(self, a: CovariancePayload) -> CovariancePayload:
+        self._own(a)
+        return self._payload(a.block, -a.count, -a.sums, -a.products)
+
+    def is_zero(self, a: CovariancePayload) -> bool:
+        return a.count == 0 and not np.any(a.sums) and not np.any(a.products)
+
+    def equal(
+        self, a: CovariancePayload, b: CovariancePayload, rtol: float = 0.0, atol: float = 0.0
+    ) -> bool:
+        """Equality independent of block order; missing variables count as zero entries."""
+        return _payload_equal(a, b, rtol, atol)
+
+    def to_bytes(self, a: CovariancePayload) -> bytes:
+        self._own(a)
+        i, j = _triu(len(a.block))
+        header = {
+            "version": _FORMAT_VERSION,
+            "variables": [self.variables[v] for v in a.block],
+            "count": str(a.count),
+        }
+        return _pack(
+            _PAYLOAD_MAGIC, header, [self._shifts[list(a.block)], a.sums, a.products[i, j]]
+        )
+
+    def from_bytes(self, data: bytes) -> CovariancePayload:
+        reader = _Reader(data, _PAYLOAD_MAGIC)
+        block = self._block_of(reader.header)
+        k = len(block)
+        self._adopt_shifts(block, reader.array("<f8", (k,)))
+        sums = reader.array("<f8", (k,))
+        packed = reader.array("<f8", (_plen(k),))
+        reader.done()
+        i, j = _triu(k)
+        products = np.zeros((k, k))
+        products[i, j] = packed
+        products[j, i] = packed
+        return self._payload(block, int(reader.header["count"]), sums, products)
+
+    def _block_of(self, header: Mapping[str, Any]) -> Block:
+        names = header.get("variables")
+        if not isinstance(names, list):
+            raise RingError("corrupt covariance payload header: no variable list")
+        return tuple(self.index_of(v) for v in names)
+
+    def _adopt_shifts(self, block: Block, stored: np.ndarray) -> None:
+        """Check (or fix, when still open) the shifts a serialized payload was made with."""
+        for v, h in zip(block, stored, strict=True):
+            mine = self._shifts[v]
+            if math.isnan(mine) and not math.isnan(h):
+                self._shifts[v] = h
+                continue
+            effective = 0.0 if math.isnan(h) else h
+            if not math.isnan(mine) and mine != effective:
+                raise RingError(
+                    f"payload was made with shift {effective!r} for {self.variables[v]!r} "
+                    f"but this ring uses {mine!r}"
+                )
+
+    # ---------------------------------------------------------- batched helpers
+    def _batch(self, block, count, sums, products, sums_lo=None, products_lo=None):
+        return CovarianceBatch(block, count, sums, products, sums_lo, products_lo, self._id)
+
+    def _zeros(self, n: int, block: Block = (), lo: bool = False) -> CovarianceBatch:
+        k = len(block)
+        zs = lambda: np.zeros((n, k))  # noqa: E731
+        zp = lambda: np.zeros((n, _plen(k)))  # noqa: E731
+        return self._batch(
+            block,
+            np.zeros(n, dtype=np.int64),
+            zs(),
+            zp(),
+            zs() if lo else None,
+            zp() if lo else None,
+        )
+
+    @staticmethod
+    def _fold(b: CovarianceBatch) -> CovarianceBatch:
+        """A plain batch with the compensation folded in (``hi + lo``)."""
+        if b.sums_lo is None:
+            return b
+        return CovarianceBatch(
+            b.block, b.count, b.sums + b.sums_lo, b.products + b.products_lo, ring_id=b.ring_id
+        )
+
+    @staticmethod
+    def _check_len(a: CovarianceBatch, b: CovarianceBatch, what: str) -> None:
+        if len(a.count) != len(b.count):
+            raise RingError(
+                f"{what} of covariance batches of different lengths {len(a.count)} "
+                f"and {len(b.count)}"
+            )
+
+    @staticmethod
+    def _pad(b: CovarianceBatch, union: Block, lo: bool = False):
+        """``b``'s arrays over ``union`` (fresh zeros where ``b`` lacks variables)."""
+        arrays = [b.sums, b.products]
+        if lo:
+            arrays += [b.sums_lo, b.products_lo]
+        n, k = len(b.count), len(union)
+        if b.block == union:
+            if lo and b.sums_lo is None:
+                arrays[2:] = [np.zeros((n, k)), np.zeros((n, _plen(k)))]
+            return arrays
+        pos, pmap = _embed(b.block, union)
+        out = []
+        for a, (width, index) in zip(arrays, itertools.cycle([(k, pos), (_plen(k), pmap)])):
+            padded = np.zeros((n, width))
+            if a is not None:
+                padded[:, index] = a
+            out.append(padded)
+        return out
+
+    # --------------------------------------------------------------- batched face
+    def batch_zeros(self, n: int) -> CovarianceBatch:
+        return self._zeros(n)
+
+    def batch_ones(self, n: int) -> CovarianceBatch:
+        ones = self._zeros(n)
+        ones.count[:] = 1
+        return ones
+
+    def batch_accumulator(self, n: int, block: Sequence[int] = ()) -> CovarianceBatch:
+        """A zero batch to accumulate into, with TwoSum compensation when ``compensated``.
+
+        ``block`` optionally preallocates the variables so scatter-adds stay in place.
+        """
+        block = _as_block(block)
+        self._check_block(block)
+        return self._zeros(n, block, lo=self.compensated)
+
+    def batch_from(self, elements: Sequence[CovariancePayload]) -> CovarianceBatch:
+        elements = list(elements)
+        self._own(*elements)
+        union: Block = ()
+        for e in elements:
+            union = _union(union, e.block)
+        self._check_block(union)
+        out = self._zeros(len(elements), union)
+        for r, e in enumerate(elements):
+            pos, pmap = _embed(e.block, union)
+            i, j = _triu(len(e.block))
+            out.count[r] = e.count
+            out.sums[r, pos] = e.sums
+            out.products[r, pmap] = e.products[i, j]
+        return out
+
+    def batch_to_list(self, batch: CovarianceBatch) -> list[CovariancePayload]:
+        self._own(batch)
+        b = self._fold(batch)
+        n, k = len(b.count), len(b.block)
+        i, j = _triu(k)
+        full = np.empty((n, k, k))
+        full[:, i, j] = b.products
+        full[:, j, i] = b.products
+        return [self._payload(b.block, int(b.count[r]), b.sums[r], full[r]) for r in range(n)]
+
+    def batch_len(self, batch: CovarianceBatch) -> int:
+        return len(batch.count)
+
+    def batch_take(self, batch: CovarianceBatch, index: np.ndarray) -> CovarianceBatch:
+        """Gather ``batch[index]``; from an accumulator the result holds ``hi + lo``."""
+        self._own(batch)
+        index = np.asarray(index)
+        index = np.flatnonzero(index) if index.dtype == bool else index.astype(np.intp)
+        count = batch.count[index]
+        sums = batch.sums[index]
+        products = batch.products[index]
+        if batch.sums_lo is not None:
+            sums += batch.sums_lo[index]
+            products += batch.products_lo[index]
+        return self._batch(batch.block, count, sums, products)
+
+    def batch_concat(self, batches: Sequence[CovarianceBatch]) -> CovarianceBatch:
+        batches = list(batches)
+        if not batches:
+            return self._zeros(0)
+        self._own(*batches)
+        union: Block = ()
+        for b in batches:
+            union = _union(union, b.block)
+        lo = any(b.sums_lo is not None for b in batches)
+        padded = [self._pad(b, union, lo) for b in batches]
+        parts = [np.concatenate(col, axis=0) for col in zip(*padded, strict=True)]
+        return self._batch(union, np.concatenate([b.count for b in batches]), *parts)
+
+    def batch_add(self, a: CovarianceBatch, b: CovarianceBatch) -> CovarianceBatch:
+        self._own(a, b)
+        self._check_len(a, b, "sum")
+        a, b = self._fold(a), self._fold(b)
+        count = a.count + b.count
+        if a.block == b.block:
+            return self._batch(a.block, count, a.sums + b.sums, a.products + b.products)
+        union = _union(a.block, b.block)
+        sums, products = self._pad(a, union)
+        if a.block == union:
+            sums, products = sums.copy(), products.copy()
+        pos, pmap = _embed(b.block, union)
+        sums[:, pos] += b.sums
+        products[:, pmap] += b.products
+        return self._batch(union, count, sums, products)
+
+    def batch_neg(self, a: CovarianceBatch) -> CovarianceBatch:
+        self._own(a)
+        lo = (None, None) if a.sums_lo is None else (-a.sums_lo, -a.products_lo)
+        return self._batch(a.block, -a.count, -a.sums, -a.products, *lo)
+
+    def batch_mul(self, a: CovarianceBatch, b: CovarianceBatch) -> CovarianceBatch:
+        self._own(a, b)
+        self._check_len(a, b, "product")
+        a, b = self._fold(a), self._fold(b)
+        ca, cb = a.count, b.count
+        count = ca * cb
+        if not b.block:
+            w = cb.astype(np.float64)[:, None]
+            return self._batch(a.block, count, a.sums * w, a.products * w)
+        if not a.block:
+            w = ca.astype(np.float64)[:, None]
+            return self._batch(b.block, count, b.sums * w, b.products * w)
+        if _is_disjoint(a.block, b.block):
+            return self._mul_disjoint(a, b, count)
+        return self._mul_overlap(a, b, count)
+
+    def _mul_disjoint(
+        self, a: CovarianceBatch, b: CovarianceBatch, count: np.ndarray
+    ) -> CovarianceBatch:
+        """``Q = [[c_b Q_a, s_a s_bᵀ], [s_b s_aᵀ, c_a Q_b]]`` written straight into the packed
+        union triangle: a few ufunc calls per batch, no loop over payloads."""
+        plan = _disjoint_plan(len(a.block), len(b.block))
+        n, ka, kb = len(count), plan.ka, plan.kb
+        wa = b.count.astype(np.float64)[:, None]  # weight of a's entries: c_b
+        wb = a.count.astype(np.float64)[:, None]
+        sa, sb = a.sums, b.sums
+        sums = np.empty((n, ka + kb))
+        np.multiply(sa, wa, out=sums[:, :ka])
+        np.multiply(sb, wb, out=sums[:, ka:])
+        if plan.use_rows:
+            products = np.empty((n, plan.pu))
+            qa = a.products
+            for r, u0, a0, length in plan.rows:
+                np.multiply(qa[:, a0 : a0 + length], wa, out=products[:, u0 : u0 + length])
+                np.multiply(sa[:, r : r + 1], sb, out=products[:, u0 + length : u0 + length + kb])
+            np.multiply(b.products, wb, out=products[:, plan.pu - plan.pb :])
+        else:
+            parts = np.empty((n, plan.pu))
+            pa, cross_end = plan.pa, plan.pa + ka * kb
+            np.multiply(a.products, wa, out=parts[:, :pa])
+            cross = parts[:, pa:cross_end].reshape(n, ka, kb)
+            np.multiply(sa[:, :, None], sb[:, None, :], out=cross)
+            np.multiply(b.products, wb, out=parts[:, cross_end:])
+            products = np.take(parts, plan.gather, axis=1)
+        return self._batch(a.block + b.block, count, sums, products)
+
+    def _mul_overlap(
+        self, a: CovarianceBatch, b: CovarianceBatch, count: np.ndarray
+    ) -> CovarianceBatch:
+        """Definition 6 on both operands padded to the union block."""
+        union = _union(a.block, b.block)
+        sa, qa = self._pad(a, union)
+        sb, qb = self._pad(b, union)
+        wa = b.count.astype(np.float64)[:, None]
+        wb = a.count.astype(np.float64)[:, None]
+        i, j = _triu(len(union))
+        products = wa * qa + wb * qb + sa[:, i] * sb[:, j] + sb[:, i] * sa[:, j]
+        return self._batch(union, count, wa * sa + wb * sb, products)
+
+    def batch_scale(self, a: CovarianceBatch, k: np.ndarray) -> CovarianceBatch:
+        self._own(a)
+        k = np.asarray(k)
+        if k.shape != (len(a.count),):
+            raise RingError(f"scale needs {len(a.count)} multiplicities, got shape {k.shape}")
+        if k.dtype.kind not in "iub":
+            if k.dtype.kind != "f" or not np.all(np.mod(k, 1) == 0):
+                raise RingError(f"multiplicities must be integers, got dtype {k.dtype}")
+        k = k.astype(np.int64)
+        a = self._fold(a)
+        w = k.astype(np.float64)[:, None]
+        return self._batch(a.block, a.count * k, a.sums * w, a.products * w)
+
+    def batch_sum_by(
+        self, a: CovarianceBatch, groups: np.ndarray, n_groups: int
+    ) -> CovarianceBatch:
+        """Scatter-add by group: stable sort (skipped when sorted) + ``np.add.reduceat``."""
+        self._own(a)
+        a = self._fold(a)
+        n = len(a.count)
+        groups = np.asarray(groups)
+        if groups.shape != (n,):
+            raise RingError(f"sum_by needs {n} group ids, got shape {groups.shape}")
+        out = self._zeros(n_groups, a.block)
+        if n == 0:
+            return out
+        if groups.dtype.kind not in "iu":
+            raise RingError(f"group ids must be integers, got dtype {groups.dtype}")
+        if groups.min() < 0 or groups.max() >= n_groups:
+            raise RingError(f"group ids must lie in [0, {n_groups})")
+        if n_groups == 1:
+            out.count[0] = a.count.sum()
+            out.sums[0] = a.sums.sum(axis=0)
+            out.products[0] = a.products.sum(axis=0)
+            return out
+        if np.all(groups[1:] >= groups[:-1]):
+            count, sums, products = a.count, a.sums, a.products
+        else:
+            order = np.argsort(groups, kind="stable")
+            groups = groups[order]
+            count, sums, products = a.count[order], a.sums[order], a.products[order]
+        starts = np.flatnonzero(np.concatenate([[True], groups[1:] != groups[:-1]]))
+        keys = groups[starts]
+        out.count[keys] = np.add.reduceat(count, starts)
+        if sums.shape[1]:
+            out.sums[keys] = np.add.reduceat(sums, starts, axis=0)
+        if products.shape[1]:
+            out.products[keys] = np.add.reduceat(products, starts, axis=0)
+        return out
+
+    def batch_mul_sum(
+        self,
+        factors: Sequence[CovarianceBatch],
+        groups: np.ndarray | None = None,
+        n_groups: int = 1,
+    ) -> CovarianceBatch:
+        """Fused product-then-sum.  Summing everything over pairwise disjoint blocks never
+        materializes a product: with ``w_X = ∏_{Z≠X} c_Z`` and ``w_XY = ∏_{Z≠X,Y} c_Z``,
+        ``s_X = w_Xᵀ S_X``, ``Q_XX = w_Xᵀ Q_X`` and ``Q_XY = (S_X w_XY)ᵀ S_Y``."""
+        factors = [self._fold(f) for f in factors]
+        if not factors:
+            raise RingError("batch_mul_sum needs at least one factor")
+        self._own(*factors)
+        for f in factors[1:]:
+            self._check_len(factors[0], f, "product")
+        if groups is not None and len(groups) != len(factors[0].count):
+            raise RingError(f"{len(groups)} group ids for {len(factors[0].count)} products")
+        one_group = groups is None or (
+            n_groups == 1 and (len(groups) == 0 or not np.any(np.asarray(groups)))
+        )
+        blocks = [f.block for f in factors]
+        union: Block = tuple(v for blk in blocks for v in blk)
+        if not one_group or len(set(union)) != len(union):
+            return super().batch_mul_sum(
+                factors, None if one_group else groups, 1 if one_group else n_groups
+            )
+        return self._fused_sum(factors, union)
+
+    def _fused_sum(self, factors: list[CovarianceBatch], union: Block) -> CovarianceBatch:
+        t = len(factors)
+        counts = [f.count for f in factors]
+        weights = [c.astype(np.float64) for c in counts]
+        total = counts[0].copy()
+        for c in counts[1:]:
+            total *= c
+
+        def weight(skip: set[int]) -> np.ndarray | float:
+            w: np.ndarray | float = 1.0
+            for z in range(t):
+                if z not in skip:
+                    w = weights[z] if isinstance(w, float) else w * weights[z]
+            return w
+
+        n = len(total)
+        full = np.zeros((len(union), len(union)))
+        sums = np.zeros(len(union))
+        offsets = np.cumsum([0] + [len(f.block) for f in factors])
+        w_self = [weight({x}) for x in range(t)]
+        for x, f in enumerate(factors):
+            k = len(f.block)
+            if not k:
+                continue
+            w = w_self[x] if not isinstance(w_self[x], float) else np.ones(n)
+            lo, hi = offsets[x], offsets[x + 1]
+            sums[lo:hi] = w @ f.sums
+            i, j = _triu(k)
+            diag = full[lo:hi, lo:hi]
+            packed = w @ f.products
+            diag[i, j] = packed
+            diag[j, i] = packed
+            for y in range(x + 1, t):
+                g = factors[y]
+                if not g.block:
+                    continue
+                wxy = weight({x, y})
+                left = f.sums if isinstance(wxy, float) else f.sums * wxy[:, None]
+                cross = left.T @ g.sums
+                full[lo:hi, offsets[y] : offsets[y + 1]] = cross
+                full[offsets[y] : offsets[y + 1], lo:hi] = cross.T
+        i, j = _triu(len(union))
+        return self._batch(
+            union,
+            np.asarray([total.sum()], dtype=np.int64),
+            sums[None, :],
+            full[i, j][None, :],
+        )
+
+    def batch_scatter_add(
+        self, target: CovarianceBatch, slots: np.ndarray, values: CovarianceBatch
+    ) -> CovarianceBatch:
+        """``target[slots] += values`` in place (``slots`` unique); TwoSum into ``hi``/``lo``
+        when ``target`` is a compensated accumulator.  A target lacking some of the values'
+        variables is widened first (a new batch is returned)."""
+        self._own(target, values)
+        values = self._fold(values)
+        slots = np.asarray(slots, dtype=np.intp)
+        if slots.shape != (len(values.count),):
+            raise RingError(
+                f"scatter_add needs one slot per value: {slots.shape} vs {len(values.count)}"
+            )
+        union = _union(target.block, values.block)
+        if union != target.block:
+            lo = target.sums_lo is not None
+            target = self._batch(union, target.count.copy(), *self._pad(target, union, lo))
+        sums, products = self._pad(values, union)
+        target.count[slots] += values.count
+        if target.sums_lo is None:
+            target.sums[slots] += sums
+            target.products[slots] += products
+            return target
+        for hi, lo, add in (
+            (target.sums, target.sums_lo, sums),
+            (target.products, target.products_lo, products),
+        ):
+            a = hi[slots]
+            s = a + add
+            bb = s - a
+            err = (a - (s - bb)) + (add - bb)
+            hi[slots] = s
+            lo[slots] += err
+        return target
+
+    def batch_clear(self, target: CovarianceBatch, slots: np.ndarray) -> CovarianceBatch:
+        self._own(target)
+        slots = np.asarray(slots, dtype=np.intp)
+        target.count[slots] = 0
+        target.sums[slots] = 0.0
+        target.products[slots] = 0.0
+        if target.sums_lo is not None:
+            target.sums_lo[slots] = 0.0
+            target.products_lo[slots] = 0.0
+        return target
+
+    def batch_resize(self, batch: CovarianceBatch, n: int) -> CovarianceBatch:
+        """Grow with zeros or truncate; compensation arrays are kept."""
+        self._own(batch)
+        size = len(batch.count)
+        arrays = [batch.count, batch.sums, batch.products, batch.sums_lo, batch.products_lo]
+        if n <= size:
+            out = [None if a is None else a[:n].copy() for a in arrays]
+        else:
+            out = [
+                None
+                if a is None
+                else np.concatenate([a, np.zeros((n - size,) + a.shape[1:], a.dtype)])
+                for a in arrays
+            ]
+        return self._batch(batch.block, *out)
+
+    def batch_is_zero(self, a: CovarianceBatch) -> np.ndarray:
+        a = self._fold(a)
+        return (a.count == 0) & ~np.any(a.sums, axis=1) & ~np.any(a.products, axis=1)
+
+    def batch_is_negligible(self, a: CovarianceBatch) -> np.ndarray:
+        """Count 0 and every floating entry within ``zero_atol`` of 0."""
+        a = self._fold(a)
+        tol = self.zero_atol
+        return (
+            (a.count == 0)
+            & np.all(np.abs(a.sums) <= tol, axis=1)
+            & np.all(np.abs(a.products) <= tol, axis=1)
+        )
+
+    # -------------------------------------------------------------------- lifting
+    def _column(self, variable: str, values: Any) -> np.ndarray:
+        """Validate a column of a continuous variable as finite float64 values."""
+        arr = np.asarray(values)
+        if arr.ndim != 1:
+            raise RingError(
+                f"values of continuous variable {variable!r} must be 1-d, got shape {arr.shape}"
+            )
+        kind = arr.dtype.kind
+        if kind in "biuf":
+            with np.errstate(over="ignore"):
+                x = arr.astype(np.float64)
+        elif kind == "O":
+            x = np.empty(len(arr))
+            for p, v in enumerate(arr):
+                ok = isinstance(v, numbers.Real | decimal.Decimal) and not isinstance(v, str)
+                try:
+                    x[p] = float(v) if ok else np.nan
+                except (OverflowError, ValueError):
+                    ok = False
+                if not ok:
+                    raise RingError(
+                        f"cannot lift {v!r} into continuous variable {variable!r} "
+                        f"(position {p}: not a number)"
+                    )
+        else:
+            first = arr[0].item() if len(arr) else None
+            raise RingError(
+                f"cannot lift {first!r} into continuous variable {variable!r} "
+                f"(values of dtype {arr.dtype} are not numbers)"
+            )
+        bad = ~np.isfinite(x)
+        if bad.any():
+            p = int(np.argmax(bad))
+            v = arr[p].item() if hasattr(arr[p], "item") else arr[p]
+            raise RingError(
+                f"cannot lift {v!r} into continuous variable {variable!r} "
+                f"(position {p}: NaN and infinities are not allowed)"
+            )
+        return x
+
+    def _shifted(self, j: int, x: np.ndarray) -> np.ndarray:
+        """``x − h_j``, fixing ``h_j`` from this batch when it is still open."""
+        h = self._shifts[j]
+        if math.isnan(h):
+            if not len(x):
+                return x.copy()
+            with np.errstate(over="ignore"):
+                mean = float(np.mean(x))
+                h = float(np.float32(mean))
+            if not math.isfinite(h):
+                h = mean if math.isfinite(mean) else 0.0
+            self._shifts[j] = h
+        return x - h
+
+    def batch_lift(self, variable: str, values: np.ndarray) -> CovarianceBatch:
+        """``g_X(x) = (1, x', x'²)`` with ``x' = x − h_X``; block ``(index of X,)``."""
+        j = self.index_of(variable)
+        x = self._shifted(j, self._column(variable, values))
+        n = len(x)
+        return self._batch((j,), np.ones(n, np.int64), x[:, None], (x * x)[:, None])
+
+    def batch_lift_block(self, variables: Sequence[str], columns: np.ndarray) -> CovarianceBatch:
+        """Lift several variables of one relation at once: count 1, sums = the shifted row,
+        products = its packed outer product.  Equals the product of the single lifts."""
+        variables = list(variables)
+        block = tuple(self.index_of(v) for v in variables)
+        if len(set(block)) != len(block):
+            raise RingError(f"variables lifted twice in one block: {variables}")
+        columns = np.asarray(columns)
+        k = len(block)
+        if columns.ndim != 2 or columns.shape[1] != k:
+            raise RingError(
+                f"lift_block of {k} variables needs an (n, {k}) array, got {columns.shape}"
+            )
+        n = columns.shape[0]
+        x = np.empty((n, k))
+        for p, v in enumerate(variables):  # validate every column before fixing any shift
+            x[:, p] = self._column(v, columns[:, p])
+        for p, j in enumerate(block):
+            x[:, p] = self._shifted(j, x[:, p])
+        i, jj = _triu(k)
+        return self._batch(block, np.ones(n, np.int64), x, x[:, i] * x[:, jj])
+
+    # -------------------------------------------------------------- serialization
+    def batch_to_bytes(self, batch: CovarianceBatch) -> bytes:
+        self._own(batch)
+        header = {
+            "version": _FORMAT_VERSION,
+            "variables": [self.variables[v] for v in batch.block],
+            "n": len(batch.count),
+            "compensated": batch.sums_lo is not None,
+        }
+        arrays = [self._shifts[list(batch.block)], batch.count, batch.sums, batch.products]
+        if batch.sums_lo is not None:
+            arrays += [batch.sums_lo, batch.products_lo]
+        return _pack(_BATCH_MAGIC, header, arrays)
+
+    def batch_from_bytes(self, data: bytes) -> CovarianceBatch:
+        reader = _Reader(data, _BATCH_MAGIC)
+        block = self._block_of(reader.header)
+        n, k = int(reader.header["n"]), len(block)
+        self._adopt_shifts(block, reader.array("<f8", (k,)))
+        arrays = [
+            reader.array("<i8", (n,)),
+            reader.array("<f8", (n, k)),
+            reader.array("<f8", (n, _plen(k))),
+        ]
+        if reader.header.get("compensated"):
+            arrays += [reader.array("<f8", (n, k)), reader.array("<f8", (n, _plen(k)))]
+        reader.done()
+        return self._batch(block, *arrays)
+
+    # ---------------------------------------------------------------- statistics
+    def _as_payload(self, payload: CovariancePayload | CovarianceBatch) -> CovariancePayload:
+        if isinstance(payload, CovarianceBatch):
+            if len(payload.count) != 1:
+                raise RingError(f"expected one payload, got a batch of {len(payload.count)}")
+            return self.batch_to_list(payload)[0]
+        self._own(payload)
+        self._check_block(payload.block)
+        return payload
+
+    def _block_shifts(self, block: Block) -> np.ndarray:
+        return np.nan_to_num(self._shifts[list(block)], nan=0.0)
+
+    def moments(
+        self, payload: CovariancePayload | CovarianceBatch
+    ) -> tuple[int, np.ndarray, np.ndarray]:
+        """``(count, Σx, Σxxᵀ)`` in original units, ``(m,)`` and ``(m, m)`` in global variable
+        order; variables outside the payload's block are 0."""
+        p = self._as_payload(payload)
+        pos = list(p.block)
+        h = self._block_shifts(p.block)
+        c = float(p.count)
+        sums = np.zeros(self.m)
+        products = np.zeros((self.m, self.m))
+        sums[pos] = p.sums + c * h
+        products[np.ix_(pos, pos)] = (
+            p.products + np.outer(p.sums, h) + np.outer(h, p.sums) + c * np.outer(h, h)
+        )
+        return p.count, sums, products
+
+    def statistics(
+        self, payload: CovariancePayload | CovarianceBatch, ddof: int = 0
+    ) -> CovarianceStatistics:
+        """Count, mean and covariance (population for ``ddof=0``) in original units.
+
+        Computed from the shifted moments as ``Q'/c − (s'/c)(s'/c)ᵀ`` (no unshifting, so no
+        cancellation); negative rounding residue on the diagonal is clamped to 0.  Variables
+        outside the block have mean and covariance 0; count 0 gives NaN.
+        """
+        p = self._as_payload(payload)
+        pos = list(p.block)
+        mean = np.zeros(self.m)
+        cov = np.zeros((self.m, self.m))
+        c = p.count
+        if c == 0 or c - ddof == 0:
+            mean[:] = np.nan
+            cov[:] = np.nan
+            return CovarianceStatistics(self.variables, c, mean, cov)
+        centred = p.sums / c
+        block_cov = p.products / c - np.outer(centred, centred)
+        if ddof:
+            block_cov *= c / (c - ddof)
+        diag = np.arange(len(pos))
+        block_cov[diag, diag] = np.maximum(block_cov[diag, diag], 0.0)
+        mean[pos] = self._block_shifts(p.block) + centred
+        cov[np.ix_(pos, pos)] = block_cov
+        return CovarianceStatistics(self.variables, c, mean, cov)
+
+    def sigma(
+        self,
+        payload: CovariancePayload | CovarianceBatch,
+        variables: Sequence[str] | None = None,
+    ) -> np.ndarray:
+        """``Σ = [[c, s'ᵀ], [s', Q']]``, ``(1+k) x (1+k)``, over the SHIFTED variables.
+
+        ``variables`` picks and orders the rows (default: all ring variables in global
+        order; ones outside the payload's block are zero rows).  This is the matrix a
+        covariance-based regression solves on (notes §9.1.1).  Slopes fitted on it are the
+        slopes in original units; with label ``y`` and features ``x_j``, the intercept in
+        original units is ``θ_0 + h_y − Σ_j θ_j h_j`` where ``h = ring.shifts``.
+        """
+        p = self._as_payload(payload)
+        names = self.variables if variables is None else list(variables)
+        wanted = [self.index_of(v) for v in names]
+        where = {v: q for q, v in enumerate(p.block)}
+        rows = np.asarray([1 + q for q, v in enumerate(wanted) if v in where], dtype=np.intp)
+        src = np.asarray([where[v] for v in wanted if v in where], dtype=np.intp)
+        out = np.zeros((1 + len(wanted), 1 + len(wanted)))
+        out[0, 0] = p.count
+        out[0, rows] = p.sums[src]
+        out[rows, 0] = p.sums[src]
+        out[np.ix_(rows, rows)] = p.products[np.ix_(src, src)]
+        return out

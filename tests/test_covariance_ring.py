@@ -1,0 +1,575 @@
+"""Tests of the continuous covariance ring (rings/covariance.py)."""
+
+from __future__ import annotations
+
+import math
+from functools import reduce
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ring_laws import check_axioms, check_batched_agrees
+from ringml.rings.base import RingError
+from ringml.rings.covariance import (
+    CovarianceBatch,
+    CovariancePayload,
+    CovarianceRing,
+)
+
+VARS = list("ABCDE")
+M = len(VARS)
+RING = CovarianceRing(VARS, shift=False)
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def payload_over(draw, block: tuple[int, ...]) -> CovariancePayload:
+    """Integer-valued entries keep every product and sum exact, so tolerances are 0."""
+    k = len(block)
+    small = st.integers(-4, 4)
+    sums = draw(st.lists(small, min_size=k, max_size=k))
+    upper = draw(st.lists(small, min_size=k * (k + 1) // 2, max_size=k * (k + 1) // 2))
+    products = np.zeros((k, k))
+    i, j = np.triu_indices(k)
+    products[i, j] = upper
+    products[j, i] = upper
+    return CovariancePayload(block, draw(st.integers(-3, 3)), np.asarray(sums, float), products)
+
+
+@st.composite
+def payloads(draw, within: tuple[int, ...] = tuple(range(M))) -> CovariancePayload:
+    order = draw(st.permutations(within))
+    k = draw(st.integers(0, len(order)))
+    return payload_over(draw, tuple(order[:k]))
+
+
+@st.composite
+def disjoint_payloads(draw, parts: int = 3) -> list[CovariancePayload]:
+    order = draw(st.permutations(range(M)))
+    cuts = sorted(draw(st.lists(st.integers(0, M), min_size=parts - 1, max_size=parts - 1)))
+    bounds = [0, *cuts, M]
+    return [payload_over(draw, tuple(order[bounds[p] : bounds[p + 1]])) for p in range(parts)]
+
+
+# ------------------------------------------------------------------------ ring laws
+
+
+@SETTINGS
+@given(payloads(), payloads(), payloads())
+def test_axioms_random_blocks(a, b, c):
+    check_axioms(RING, a, b, c)
+
+
+@SETTINGS
+@given(disjoint_payloads())
+def test_axioms_disjoint_blocks(abc):
+    check_axioms(RING, *abc)
+
+
+@SETTINGS
+@given(st.integers(0, 6).flatmap(lambda n: st.tuples(*[payloads()] * (2 * n))))
+def test_batched_agrees_random_blocks(items):
+    n = len(items) // 2
+    check_batched_agrees(RING, list(items[:n]), list(items[n:]))
+
+
+@st.composite
+def aligned_disjoint_lists(draw) -> tuple[list, list]:
+    """Two lists of payloads: every x over one block, every y over a disjoint one."""
+    order = draw(st.permutations(range(M)))
+    cut = draw(st.integers(0, M))
+    n = draw(st.integers(0, 6))
+    xs = [payload_over(draw, tuple(order[:cut])) for _ in range(n)]
+    ys = [payload_over(draw, tuple(order[cut:])) for _ in range(n)]
+    return xs, ys
+
+
+@SETTINGS
+@given(aligned_disjoint_lists())
+def test_batched_agrees_disjoint_blocks(xs_ys):
+    # batch_mul takes the disjoint fast path here
+    check_batched_agrees(RING, *xs_ys)
+
+
+@SETTINGS
+@given(payloads(), payloads())
+def test_equal_ignores_block_order_and_zero_padding(a, b):
+    perm = np.random.default_rng(len(a.block)).permutation(len(a.block))
+    permuted = CovariancePayload(
+        tuple(a.block[p] for p in perm), a.count, a.sums[perm], a.products[np.ix_(perm, perm)]
+    )
+    assert RING.equal(a, permuted) and a == permuted and hash(a) == hash(permuted)
+    padded = RING.add(a, RING.zero())
+    widened = RING.add(a, RING.sub(b, b))  # zero entries over b's variables
+    assert RING.equal(a, widened) and a == padded == widened
+    assert hash(a) == hash(widened)
+
+
+@pytest.mark.parametrize("ka,kb", [(9, 1), (12, 3), (4, 11), (1, 1), (6, 0), (0, 5)])
+def test_disjoint_product_both_assembly_strategies(ka, kb):
+    """Wide-times-narrow blocks use a gather, the others row-wise writes; both agree."""
+    rng = np.random.default_rng(ka * 31 + kb)
+    names = [f"v{i}" for i in range(ka + kb)]
+    ring = CovarianceRing(names)
+    perm = rng.permutation(ka + kb)
+    a = ring.batch_lift_block([names[p] for p in perm[:ka]], rng.normal(3, 2, (7, ka)))
+    b = ring.batch_lift_block([names[p] for p in perm[ka:]], rng.normal(-1, 5, (7, kb)))
+    a = ring.batch_scale(a, rng.integers(-3, 4, 7))
+    b = ring.batch_scale(b, rng.integers(-3, 4, 7))
+    got = ring.batch_to_list(ring.batch_mul(a, b))
+    for g, x, y in zip(got, ring.batch_to_list(a), ring.batch_to_list(b), strict=True):
+        assert ring.equal(g, ring.mul(x, y))
+
+
+# ----------------------------------------------------------------- Example 18 (W10)
+
+R_ROWS = np.array([(1, 1), (1, 2), (2, 3), (3, 4)])  # R(A, B)
+S_ROWS = np.array([(1, 1, 1), (1, 1, 2), (1, 2, 3), (2, 2, 4)])  # S(A, C, E)
+T_ROWS = np.array([(1, 1), (2, 2), (2, 3), (3, 4)])  # T(C, D)
+
+W10_Q = [
+    [16, 24, 20, 24, 34],
+    [24, 38, 30, 36, 51],
+    [20, 30, 28, 34, 46],
+    [24, 36, 34, 43, 56],
+    [34, 51, 46, 56, 78],
+]
+W10_Q_AFTER = [
+    [30, 45, 40, 44, 70],
+    [45, 70, 60, 66, 105],
+    [40, 60, 60, 66, 100],
+    [44, 66, 66, 75, 110],
+    [70, 105, 100, 110, 170],
+]
+
+
+def lookup(keys: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of ``wanted`` in the sorted ``keys`` and which of them are present."""
+    pos = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    return pos, keys[pos] == wanted
+
+
+def view_tree(ring: CovarianceRing, t_rows: np.ndarray, t_mult: np.ndarray, fused: bool):
+    """Fig. 3 view tree A{ B{R}, C{ D{T}, E{S} } } built from ring operations only."""
+    # V@D_T[C] = sum_D T[C,D] * g_D(d)
+    lifted_d = ring.batch_scale(ring.batch_lift("D", t_rows[:, 1]), t_mult)
+    c_keys, c_of = np.unique(t_rows[:, 0], return_inverse=True)
+    v_t = ring.batch_sum_by(lifted_d, c_of, len(c_keys))
+    # V@E_S[A,C] = sum_E S[A,C,E] * g_E(e)
+    ac_keys, ac_of = np.unique(S_ROWS[:, :2], axis=0, return_inverse=True)
+    v_s = ring.batch_sum_by(ring.batch_lift("E", S_ROWS[:, 2]), ac_of.ravel(), len(ac_keys))
+    # V@C_ST[A] = sum_C V@D_T[C] * V@E_S[A,C] * g_C(c)
+    at_t, present = lookup(c_keys, ac_keys[:, 1])
+    rows = np.flatnonzero(present)
+    a_keys, a_of = np.unique(ac_keys[rows, 0], return_inverse=True)
+    factors = [
+        ring.batch_take(v_t, at_t[rows]),
+        ring.batch_take(v_s, rows),
+        ring.batch_lift("C", ac_keys[rows, 1]),
+    ]
+    v_st = ring.batch_mul_sum(factors, a_of, len(a_keys))
+    # V@B_R[A] = sum_B R[A,B] * g_B(b)
+    r_keys, r_of = np.unique(R_ROWS[:, 0], return_inverse=True)
+    v_r = ring.batch_sum_by(ring.batch_lift("B", R_ROWS[:, 1]), r_of, len(r_keys))
+    # root = sum_A V@B_R[A] * V@C_ST[A] * g_A(a)
+    common = np.intersect1d(r_keys, a_keys)
+    factors = [
+        ring.batch_take(v_r, lookup(r_keys, common)[0]),
+        ring.batch_take(v_st, lookup(a_keys, common)[0]),
+        ring.batch_lift("A", common),
+    ]
+    if fused:
+        root = ring.batch_mul_sum(factors)  # groups=None: the contraction, no products
+    else:
+        root = ring.batch_sum(reduce(ring.batch_mul, factors))
+        return ring, v_t, c_keys, v_st, a_keys, root
+    return ring, v_t, c_keys, v_st, a_keys, ring.batch_to_list(root)[0]
+
+
+def flat_join(t_rows, t_mult):
+    """(count, Σx, Σxxᵀ) over the flat join tuples (A,B,C,D,E) with T's multiplicities."""
+    tuples, weights = [], []
+    for a, b in R_ROWS:
+        for a2, c, e in S_ROWS:
+            for (c2, d), w in zip(t_rows, t_mult, strict=True):
+                if a == a2 and c == c2:
+                    tuples.append((a, b, c, d, e))
+                    weights.append(w)
+    x = np.asarray(tuples, dtype=float)
+    w = np.asarray(weights, dtype=float)
+    return int(w.sum()), w @ x, (x * w[:, None]).T @ x
+
+
+def assert_moments(ring, payload, count, sums, products, rtol=0.0):
+    got_c, got_s, got_q = ring.moments(payload)
+    assert got_c == count
+    np.testing.assert_allclose(got_s, sums, rtol=rtol, atol=0)
+    np.testing.assert_allclose(got_q, products, rtol=rtol, atol=0)
+
+
+@pytest.mark.parametrize("shift", [False, True])
+@pytest.mark.parametrize("fused", [True, False])
+def test_example_18_view_tree(shift, fused):
+    ones = np.ones(len(T_ROWS), dtype=np.int64)
+    ring = CovarianceRing(VARS, shift=shift)
+    rtol = 1e-12 if shift else 0.0
+    _, v_t, c_keys, v_st, a_keys, root = view_tree(ring, T_ROWS, ones, fused)
+    count, sums, products = flat_join(T_ROWS, ones)
+    assert count == 10
+    np.testing.assert_array_equal(sums, [12, 18, 16, 19, 26])
+    np.testing.assert_array_equal(products, W10_Q)
+    assert_moments(ring, root, 10, [12, 18, 16, 19, 26], W10_Q, rtol)
+    assert_moments(ring, root, count, sums, products, rtol)
+    # intermediate payloads of W10
+    d = VARS.index("D")
+    t_list = ring.batch_to_list(v_t)
+    for key, (c, s_d, q_dd) in {1: (1, 1, 1), 2: (2, 5, 13), 3: (1, 4, 16)}.items():
+        got_c, got_s, got_q = ring.moments(t_list[list(c_keys).index(key)])
+        assert got_c == c
+        np.testing.assert_allclose([got_s[d], got_q[d, d]], [s_d, q_dd], rtol=rtol)
+    expected_q = np.zeros((M, M))
+    expected_q[2:, 2:] = [[8, 10, 16], [10, 13, 20], [16, 20, 32]]
+    v_st2 = ring.batch_to_list(v_st)[list(a_keys).index(2)]
+    assert_moments(ring, v_st2, 2, [0, 0, 4, 5, 8], expected_q, rtol)
+    if not shift:  # exact integer arithmetic: the payload itself equals the listed one
+        expected = CovariancePayload(tuple(range(M)), 10, [12, 18, 16, 19, 26], W10_Q)
+        assert ring.equal(root, expected)
+
+
+@pytest.mark.parametrize("shift", [False, True])
+def test_example_18_after_delta_t(shift):
+    """Ex. 7's δT = {(1,1) → −1·1^C, (2,2) → 3·1^C} propagated up the tree."""
+    ring = CovarianceRing(VARS, shift=shift)
+    rtol = 1e-12 if shift else 0.0
+    root = view_tree(ring, T_ROWS, np.ones(4, np.int64), True)[-1]
+    delta_rows, delta_mult = np.array([(1, 1), (2, 2)]), np.array([-1, 3])
+    delta_root = view_tree(ring, delta_rows, delta_mult, True)[-1]  # root is linear in T
+    new_root = ring.add(root, delta_root)
+    after = [20, 30, 30, 33, 50]
+    assert_moments(ring, new_root, 15, after, W10_Q_AFTER, rtol)
+    # recomputation over T' = {(2,2)→4, (2,3)→1, (3,4)→1}
+    t_new, mult_new = np.array([(2, 2), (2, 3), (3, 4)]), np.array([4, 1, 1])
+    count, sums, products = flat_join(t_new, mult_new)
+    assert (count, list(sums)) == (15, after)
+    np.testing.assert_array_equal(products, W10_Q_AFTER)
+    recomputed = view_tree(ring, t_new, mult_new, True)[-1]
+    assert ring.equal(recomputed, new_root, rtol=rtol, atol=1e-9 if shift else 0.0)
+
+
+# ------------------------------------------------------------------------ numerics
+
+
+def test_shift_and_compensation_keep_variance_accurate_under_deletes():
+    rng = np.random.default_rng(20240607)
+    n, batch = 10**6, 10**4
+    values = rng.normal(1e9, 1.0, n)
+    deleted = rng.permutation(n)[: int(0.45 * n)]
+    ring = CovarianceRing(["x"])
+    acc = ring.batch_accumulator(1)
+    slot = np.zeros(1, dtype=np.intp)
+    plain_c, plain_s, plain_q = 0, 0.0, 0.0  # the unshifted float64 textbook payload
+    for sign, stream in ((1, values), (-1, values[deleted])):
+        for start in range(0, len(stream), batch):
+            x = stream[start : start + batch]
+            lifted = ring.batch_lift("x", x)
+            if sign < 0:
+                lifted = ring.batch_neg(lifted)
+            summed = ring.batch_sum_by(lifted, np.zeros(len(x), np.intp), 1)
+            acc = ring.batch_scatter_add(acc, slot, summed)
+            plain_c += sign * len(x)
+            plain_s += sign * x.sum()
+            plain_q += sign * (x * x).sum()
+    assert ring.shifts[0] == float(np.float32(values[:batch].mean()))
+    survivors = np.delete(values, deleted)
+    mean = math.fsum(survivors) / len(survivors)
+    true_var = math.fsum((survivors - mean) ** 2) / len(survivors)
+    stats = ring.statistics(ring.batch_take(acc, slot))
+    assert stats.count == len(survivors)
+    assert abs(stats.mean[0] - mean) <= 1e-12 * abs(mean)
+    assert abs(stats.variance[0] - true_var) <= 1e-9 * true_var
+    assert abs(stats.covariance[0, 0] - np.var(survivors)) <= 1e-9 * true_var
+    plain_var = plain_q / plain_c - (plain_s / plain_c) ** 2
+    assert abs(plain_var - true_var) > 1e-3 * true_var  # the numerics matter
+
+
+def test_compensated_accumulator_keeps_small_increments():
+    ring = CovarianceRing(["x"], shift=False)
+    plain = CovarianceRing(["x"], shift=False, compensated=False)
+    results = []
+    for r in (ring, plain):
+        acc = r.batch_accumulator(2)
+        slots = np.array([1])
+        for value in [1e16] + [1.0] * 10 + [-1e16]:
+            acc = r.batch_scatter_add(acc, slots, r.batch_lift("x", np.array([value])))
+        results.append(r.moments(r.batch_take(acc, slots))[1][0])
+    assert results[0] == 10.0
+    assert results[1] != 10.0
+
+
+def test_moments_statistics_sigma_in_original_units():
+    rng = np.random.default_rng(1)
+    x = rng.normal([5e6, -3.0, 200.0], [2.0, 1.0, 10.0], (500, 3))
+    ring = CovarianceRing(["u", "v", "w", "unused"])
+    assert np.isnan(ring.shifts).all()
+    lifted = ring.batch_lift_block(["w", "u", "v"], x[:, [2, 0, 1]])
+    payload = ring.batch_sum(lifted)
+    assert ring.shifts[0] == float(np.float32(x[:, 0].mean()))
+    assert np.isnan(ring.shifts[3])
+    count, sums, products = ring.moments(payload)
+    assert count == 500
+    np.testing.assert_allclose(sums[:3], x.sum(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(products[:3, :3], x.T @ x, rtol=1e-12)
+    assert sums[3] == 0 and not products[3].any() and not products[:, 3].any()
+    stats = ring.statistics(payload)
+    np.testing.assert_allclose(stats.mean[:3], x.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(stats.covariance[:3, :3], np.cov(x.T, bias=True), rtol=1e-9)
+    np.testing.assert_allclose(
+        ring.statistics(payload, ddof=1).covariance[:3, :3], np.cov(x.T), rtol=1e-9
+    )
+    sigma = ring.sigma(payload, ["v", "u"])
+    shifted = x[:, [1, 0]] - ring.shifts[[1, 0]]
+    design = np.column_stack([np.ones(500), shifted])
+    np.testing.assert_allclose(sigma, design.T @ design, rtol=1e-9, atol=1e-6)
+    assert ring.sigma(payload).shape == (5, 5)
+    empty = ring.statistics(ring.zero())
+    assert empty.count == 0 and np.isnan(empty.mean).all()
+
+
+# ------------------------------------------------------------------ batched extras
+
+
+def test_lift_block_equals_product_of_lifts():
+    rng = np.random.default_rng(2)
+    cols = rng.normal(100.0, 7.0, (50, 4))
+    names = ["p", "q", "r", "s"]
+    block_ring, single_ring = CovarianceRing(names), CovarianceRing(names)
+    order = ["r", "p", "s", "q"]
+    picked = cols[:, [names.index(v) for v in order]]
+    block = block_ring.batch_lift_block(order, picked)
+    lifts = [single_ring.batch_lift(v, picked[:, p]) for p, v in enumerate(order)]
+    product = reduce(single_ring.batch_mul, lifts)
+    assert block.block == product.block == (2, 0, 3, 1)
+    np.testing.assert_array_equal(block.count, product.count)
+    np.testing.assert_array_equal(block.sums, product.sums)
+    np.testing.assert_array_equal(block.products, product.products)
+    np.testing.assert_array_equal(block_ring.shifts, single_ring.shifts)
+
+
+@pytest.mark.parametrize("n_factors", [2, 3, 4, 5, 6])
+def test_fused_mul_sum_equals_materialized(n_factors):
+    rng = np.random.default_rng(n_factors)
+    sizes = [10, 5, 2, 2, 4, 3][:n_factors]
+    names = [f"x{i}" for i in range(sum(sizes))]
+    ring = CovarianceRing(names)
+    perm = list(rng.permutation(len(names)))
+    factors, at = [], 0
+    for k in sizes:
+        lifted = ring.batch_lift_block(
+            [names[p] for p in perm[at : at + k]], rng.normal(50, 3, (300, k))
+        )
+        factors.append(ring.batch_scale(lifted, rng.integers(-2, 4, 300)))
+        at += k
+    factors.append(ring.batch_ones(300))  # an empty block joins in as a count
+    fused = ring.batch_mul_sum(factors)
+    materialized = ring.batch_sum(reduce(ring.batch_mul, factors))
+    assert fused.block == materialized.block
+    assert ring.equal(ring.batch_to_list(fused)[0], materialized, rtol=1e-10, atol=1e-6)
+    # integer-valued entries: exactly equal
+    ints = [
+        CovarianceBatch(f.block, f.count, np.round(f.sums), np.round(f.products)) for f in factors
+    ]
+    exact = ring.batch_to_list(ring.batch_mul_sum(ints))[0]
+    assert ring.equal(exact, ring.batch_sum(reduce(ring.batch_mul, ints)))
+    # grouped sums go through the materialized path
+    groups = rng.integers(0, 7, 300)
+    grouped = ring.batch_to_list(ring.batch_mul_sum(ints, groups, 7))
+    by_hand = ring.batch_to_list(ring.batch_sum_by(reduce(ring.batch_mul, ints), groups, 7))
+    for g, h in zip(grouped, by_hand, strict=True):
+        assert ring.equal(g, h)
+
+
+def test_sum_by_unsorted_groups_and_empty_groups():
+    ring = CovarianceRing(["x"], shift=False)
+    lifted = ring.batch_lift("x", np.array([1.0, 2.0, 3.0, 4.0]))
+    out = ring.batch_to_list(ring.batch_sum_by(lifted, np.array([3, 0, 3, 0]), 5))
+    assert [p.count for p in out] == [2, 0, 0, 2, 0]
+    assert out[0].sums[0] == 6 and out[3].sums[0] == 4 and out[3].products[0, 0] == 10
+    assert ring.is_zero(out[1]) and ring.is_zero(out[4])
+    with pytest.raises(RingError, match="group ids"):
+        ring.batch_sum_by(lifted, np.array([0, 1, 2, 5]), 5)
+
+
+def test_accumulator_resize_clear_and_widening():
+    ring = CovarianceRing(["x", "y"])
+    acc = ring.batch_accumulator(2)
+    assert acc.has_lo and acc.block == ()
+    values = ring.batch_lift_block(["y", "x"], np.array([[1.0, 2.0], [3.0, 5.0]]))
+    acc = ring.batch_scatter_add(acc, np.array([1, 0]), values)  # widened to (y, x)
+    assert acc.block == (1, 0) and acc.has_lo
+    grown = ring.batch_resize(acc, 5)
+    assert ring.batch_len(grown) == 5 and grown.has_lo
+    assert list(ring.batch_is_zero(grown)) == [False, False, True, True, True]
+    same = ring.batch_scatter_add(grown, np.array([4]), ring.batch_lift("x", np.array([7.0])))
+    assert same is grown  # in place: x is already in the block
+    taken = ring.batch_take(grown, np.array([0, 1]))
+    assert not taken.has_lo
+    assert ring.equal(ring.batch_to_list(taken)[0], ring.batch_to_list(values)[1])
+    ring.batch_clear(grown, np.array([0, 1, 4]))
+    assert ring.batch_is_zero(grown).all()
+    shrunk = ring.batch_resize(grown, 1)
+    assert ring.batch_len(shrunk) == 1 and shrunk.has_lo
+    assert not CovarianceRing(["x"], compensated=False).batch_accumulator(3).has_lo
+
+
+# ------------------------------------------------------------------------ zero tests
+
+
+def test_count_zero_with_nonzero_sums_is_not_zero():
+    ring = CovarianceRing(["x"], shift=False)
+    # delete (k, x=1) and insert (k, x=2) in one batch: count nets to 0, sums do not
+    delete = ring.batch_neg(ring.batch_lift("x", np.array([1.0])))
+    insert = ring.batch_lift("x", np.array([2.0]))
+    net = ring.batch_add(delete, insert)
+    assert int(net.count[0]) == 0 and net.sums[0, 0] == 1.0
+    assert not ring.batch_is_zero(net)[0]
+    assert not ring.batch_is_negligible(net)[0]
+    payload = CovariancePayload((0,), 0, [1.0], [[3.0]])
+    assert not ring.is_zero(payload)
+    assert ring.is_zero(ring.sub(payload, payload))
+    tiny = CovarianceBatch(
+        (0,), np.zeros(2, np.int64), np.array([[1e-12], [0.0]]), np.array([[0.0], [0.0]])
+    )
+    assert list(ring.batch_is_zero(tiny)) == [False, True]
+    assert list(ring.batch_is_negligible(tiny)) == [True, True]
+    counted = CovarianceBatch((0,), np.ones(1, np.int64), np.zeros((1, 1)), np.zeros((1, 1)))
+    assert not ring.batch_is_negligible(counted)[0]
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    "values,shown",
+    [
+        (np.array([1.0, np.nan]), "nan"),
+        (np.array([np.inf]), "inf"),
+        (np.array(["abc", "2"]), "'abc'"),
+        (np.array([1.5, "abc"], dtype=object), "'abc'"),
+        (np.array([1.5, None], dtype=object), "None"),
+        (np.array([1 + 2j]), "(1+2j)"),
+    ],
+)
+def test_bad_lift_values(values, shown):
+    ring = CovarianceRing(["price"])
+    with pytest.raises(RingError, match=r"cannot lift .* into continuous variable 'price'") as e:
+        ring.batch_lift("price", values)
+    assert shown in str(e.value)
+    with pytest.raises(RingError, match="'price'"):
+        ring.batch_lift_block(["price"], values[:, None])
+    assert np.isnan(ring.shifts[0])  # a rejected batch does not fix the shift
+    two = CovarianceRing(["ok", "price"])
+    good = np.ones(len(values), dtype=object)
+    with pytest.raises(RingError, match="'price'"):
+        two.batch_lift_block(["ok", "price"], np.column_stack([good, values.astype(object)]))
+    assert np.isnan(two.shifts).all()
+
+
+def test_scalar_lift_and_accepted_inputs():
+    ring = CovarianceRing(["price"], shift=False)
+    with pytest.raises(RingError, match="cannot lift 'abc' into continuous variable 'price'"):
+        ring.lift("price", "abc")
+    assert ring.equal(ring.lift("price", 3), CovariancePayload((0,), 1, [3.0], [[9.0]]))
+    from decimal import Decimal
+    from fractions import Fraction
+
+    got = ring.batch_lift("price", np.array([Decimal("1.5"), Fraction(1, 2), 2], dtype=object))
+    np.testing.assert_array_equal(got.sums[:, 0], [1.5, 0.5, 2.0])
+
+
+def test_structural_errors():
+    ring = CovarianceRing(["x", "y"])
+    with pytest.raises(RingError, match="unknown continuous variable 'z'"):
+        ring.batch_lift("z", np.array([1.0]))
+    with pytest.raises(RingError, match="unknown continuous variable 'z'"):
+        ring.batch_lift_block(["x", "z"], np.ones((2, 2)))
+    with pytest.raises(RingError, match=r"\(n, 2\)"):
+        ring.batch_lift_block(["x", "y"], np.ones((2, 3)))
+    with pytest.raises(RingError, match="twice"):
+        ring.batch_lift_block(["x", "x"], np.ones((2, 2)))
+    with pytest.raises(RingError, match="listed twice"):
+        CovarianceRing(["x", "x"])
+    a = ring.batch_lift("x", np.ones(3))
+    b = ring.batch_lift("y", np.ones(4))
+    with pytest.raises(RingError, match="different lengths 3 and 4"):
+        ring.batch_mul(a, b)
+    with pytest.raises(RingError, match="different lengths 3 and 4"):
+        ring.batch_add(a, b)
+    with pytest.raises(RingError, match="different lengths"):
+        ring.batch_mul_sum([a, b])
+    with pytest.raises(RingError, match="symmetric"):
+        CovariancePayload((0, 1), 1, [1.0, 2.0], [[1.0, 2.0], [3.0, 4.0]])
+    with pytest.raises(RingError, match="integers"):
+        CovariancePayload((0,), 1.5, [1.0], [[1.0]])
+
+
+def test_payloads_of_different_ring_instances():
+    first, second = CovarianceRing(["x", "y"]), CovarianceRing(["x", "y"])
+    assert first == second and hash(first) == hash(second)
+    a = first.batch_lift("x", np.array([10.0, 12.0]))
+    b = second.batch_lift("y", np.array([100.0, 101.0]))
+    first.set_shifts({"y": 0.0})
+    with pytest.raises(RingError, match="different shifts"):
+        first.batch_mul(a, b)
+    with pytest.raises(RingError, match="shifts"):
+        first.check_same_ring(second)
+    other = CovarianceRing(["x", "y", "z"])
+    with pytest.raises(RingError, match="different covariance rings"):
+        other.batch_add(other.batch_lift("z", np.ones(2)), a)
+    with pytest.raises(RingError):
+        first.check_same_ring(other)
+    # equal rings with equal shifts are interchangeable
+    third = CovarianceRing(["x", "y"], shift=False)
+    fourth = CovarianceRing(["x", "y"], shift=False)
+    third.batch_mul(third.batch_lift("x", np.ones(2)), fourth.batch_lift("y", np.ones(2)))
+    third.check_same_ring(fourth)
+
+
+def test_serialization_roundtrip_and_shift_checks():
+    ring = CovarianceRing(["x", "y", "z"])
+    rng = np.random.default_rng(3)
+    batch = ring.batch_lift_block(["z", "x"], rng.normal(1e6, 1, (6, 2)))
+    acc = ring.batch_scatter_add(ring.batch_accumulator(6), np.arange(6), batch)
+    fresh = CovarianceRing(["x", "y", "z"])
+    back = fresh.batch_from_bytes(ring.batch_to_bytes(batch))
+    np.testing.assert_array_equal(fresh.shifts, ring.shifts)  # adopted from the data
+    for got, want in zip(fresh.batch_to_list(back), ring.batch_to_list(batch), strict=True):
+        assert fresh.equal(got, want)
+        assert fresh.equal(fresh.from_bytes(ring.to_bytes(want)), want)
+    acc_back = fresh.batch_from_bytes(ring.batch_to_bytes(acc))
+    assert acc_back.has_lo
+    np.testing.assert_array_equal(acc_back.products_lo, acc.products_lo)
+    restored = CovarianceRing.from_dict(ring.to_dict())
+    assert restored == ring and np.array_equal(restored.shifts, ring.shifts, equal_nan=True)
+    other = CovarianceRing(["x", "y", "z"])
+    other.batch_lift("x", np.array([5.0]))
+    with pytest.raises(RingError, match="shift"):
+        other.batch_from_bytes(ring.batch_to_bytes(batch))
+    with pytest.raises(RingError, match="magic"):
+        ring.batch_from_bytes(b"nonsense")
+    with pytest.raises(RingError, match="truncated"):
+        ring.batch_from_bytes(ring.batch_to_bytes(batch)[:-8])
+    with pytest.raises(RingError, match="unknown continuous variable 'z'"):
+        CovarianceRing(["x", "y"]).batch_from_bytes(ring.batch_to_bytes(batch))
+
+
+def test_pickled_ring_keeps_its_payloads():
+    import pickle
+
+    ring = CovarianceRing(["x", "y"])
+    batch = ring.batch_lift("x", np.array([3.0, 4.0]))
+    ring2, batch2 = pickle.loads(pickle.dumps((ring, batch)))
+    assert ring2 == ring and np.array_equal(ring2.shifts, ring.shifts, equal_nan=True)
+    product = ring2.batch_mul(batch2, ring2.batch_lift("y", np.array([1.0, 2.0])))
+    assert product.block == (0, 1)
+    mask = ring2.batch_take(product, np.array([False, True]))
+    assert ring2.batch_len(mask) == 1 and mask.sums[0, 0] == batch.sums[1, 0]
