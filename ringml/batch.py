@@ -80,11 +80,16 @@ class PreparedRows:
 
 
 class TupleCounts:
-    """Multiplicities of the stored tuples of one relation (to reject deletes of absent ones)."""
+    """Multiplicities of the stored tuples of one relation (to reject deletes of absent ones).
+
+    Inserts cannot make a tuple absent, so insert-only batches are only recorded; the hash
+    index is brought up to date in bulk when a batch with deletes needs it.
+    """
 
     def __init__(self, width: int) -> None:
         self.index = KeyIndex(1)
         self.counts = np.zeros(16, dtype=np.int64)
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []
 
     @staticmethod
     def fingerprints(frame: pd.DataFrame) -> np.ndarray:
@@ -98,25 +103,41 @@ class TupleCounts:
                 columns.append(_value_keys(data)[0][:, 1])
         return hash_rows(np.column_stack(columns)).view(np.int64)
 
+    def current(self, unique: np.ndarray) -> np.ndarray:
+        """Stored multiplicity of each fingerprint (0 when absent)."""
+        self._flush()
+        slots = self.index.lookup(unique)
+        return np.where(slots >= 0, self.counts[np.maximum(slots, 0)], 0)
+
     def check(
         self, fingerprints: np.ndarray, signs: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, int]:
         """Net change per distinct tuple; also the index of a violating row, or -1."""
+        if (signs >= 0).all():
+            return fingerprints, signs, -1
         unique, first, inverse = np.unique(fingerprints, return_index=True, return_inverse=True)
         net = np.bincount(inverse.ravel(), weights=signs, minlength=unique.size).astype(np.int64)
-        slots = self.index.lookup(unique)
-        current = np.where(slots >= 0, self.counts[np.maximum(slots, 0)], 0)
-        bad = np.flatnonzero(current + net < 0)
-        violating = int(first[bad[0]]) if bad.size else -1
-        return unique, net, np.asarray([violating])
+        bad = np.flatnonzero(self.current(unique) + net < 0)
+        return unique, net, int(first[bad[0]]) if bad.size else -1
 
-    def apply(self, unique: np.ndarray, net: np.ndarray) -> None:
+    def apply(self, ids: np.ndarray, net: np.ndarray) -> None:
+        """Record the changes (ids need not be unique)."""
+        self._pending.append((ids, net))
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        ids = np.concatenate([p[0] for p in self._pending])
+        net = np.concatenate([p[1] for p in self._pending])
+        self._pending.clear()
+        unique, inverse = np.unique(ids, return_inverse=True)
+        total = np.bincount(inverse.ravel(), weights=net, minlength=unique.size).astype(np.int64)
         slots, _ = self.index.get_or_insert(unique)
         if self.index.capacity > self.counts.size:
             grown = np.zeros(self.index.capacity, dtype=np.int64)
             grown[: self.counts.size] = self.counts
             self.counts = grown
-        self.counts[slots] += net
+        self.counts[slots] += total
         gone = slots[self.counts[slots] == 0]
         if gone.size:
             self.index.remove(gone)
@@ -171,7 +192,8 @@ class BatchPreparer:
                 relation,
                 "multiplicity",
             )
-        frame = frame[list(columns)]
+        if list(frame.columns) != list(columns):
+            frame = frame[list(columns)]
         if relation in self.query.filters:
             mask = np.asarray(self.query.filters[relation](frame), dtype=bool)
             frame, signs = frame[mask], signs[mask]
@@ -185,8 +207,8 @@ class BatchPreparer:
         if self.counts is not None and len(frame):
             counts = self.counts[relation]
             unique, net, violating = counts.check(TupleCounts.fingerprints(frame), signs)
-            if violating[0] >= 0:
-                row = frame.iloc[int(violating[0])].to_dict()
+            if violating >= 0:
+                row = frame.iloc[violating].to_dict()
                 raise BatchError(
                     f"relation {relation!r}: deleting tuple {row} that is not present "
                     f"(pass allow_absent_deletes=True for plain ring semantics)",

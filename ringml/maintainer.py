@@ -88,9 +88,10 @@ class Maintainer:
         self._stores: dict[int, ViewStore] = {}
         self._base: dict[str, ViewStore] = {}
         self._root_payload = None
-        if strategy == "fivm":
+        if strategy == "fivm":  # while loading, every view a delta may probe is kept
             for node in self.tree.nodes():
-                self._stores[id(node)] = ViewStore(node.keys, self.ring)
+                if isinstance(node, ViewNode) or _has_siblings(node):
+                    self._stores[id(node)] = ViewStore(node.keys, self.ring)
         else:
             self._base_rows: dict[str, list[PreparedRows]] = {r: [] for r in query.relations}
             self._result = ViewStore(tuple(query.free), self.ring)
@@ -161,9 +162,7 @@ class Maintainer:
                     net = np.concatenate([e[1] for e in earlier] + [rows.tuple_delta])
                     unique, inverse = np.unique(ids, return_inverse=True)
                     total = np.bincount(inverse.ravel(), weights=net).astype(np.int64)
-                    counts = self._preparer.counts[rows.relation]
-                    slots = counts.index.lookup(unique)
-                    current = np.where(slots >= 0, counts.counts[np.maximum(slots, 0)], 0)
+                    current = self._preparer.counts[rows.relation].current(unique)
                     if (current + total < 0).any():
                         raise BatchError(
                             f"relation {rows.relation!r}: the batches delete a tuple more "
@@ -274,7 +273,7 @@ class Maintainer:
                     for child in node.children:
                         keyed |= seen & set(child.keys)
                         seen |= set(child.keys)
-                if isinstance(node, AtomLeaf) and node.materialized:
+                if isinstance(node, AtomLeaf) and _has_siblings(node):
                     keyed |= set(node.keys)
             keyed |= {v for v in self.query.variables if len(self.query.rels(v)) > 1}
         else:
@@ -499,6 +498,10 @@ class Maintainer:
             keys, aggregated = self._aggregate_flat(cols, factors, {})
             result.add(keys, aggregated)
         self._result = result
+
+
+def _has_siblings(node: ViewNode | AtomLeaf) -> bool:
+    return node.parent is not None and len(node.parent.children) > 1
 
 
 def _resolve_order(query: Query, order) -> VariableOrder:
