@@ -53,9 +53,10 @@ def run_demo(
             ).to_string()
         )
     final = final_state(stream)
-    flat = None
-    for name, frame in final.items():
-        flat = frame if flat is None else flat.merge(frame, on="postcode")
+    frames = list(final.values())
+    flat = frames[0]
+    for frame in frames[1:]:
+        flat = flat.merge(frame, on="postcode")
     features = list(query.ring.variables)
     matrix = flat[features].to_numpy(dtype=float)
     expected = np.cov(matrix.T, bias=True)
