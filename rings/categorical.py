@@ -249,6 +249,11 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
 
     # ------------------------------------------------------------------ config
     @property
+    def categorical_variables(self) -> frozenset[str]:
+        """Variables whose batched lift takes dictionary codes (the engine encodes them)."""
+        return frozenset(self.categorical)
+
+    @property
     def lifted_variables(self) -> frozenset[str]:
         return frozenset(self.variables)
 
