@@ -22,6 +22,7 @@ __all__ = [
     "ProductRing",
     "RankOneUpdate",
     "RealRing",
+    "RelationalRing",
     "Ring",
     "RingError",
     "average_ring",
