@@ -39,7 +39,8 @@ class _Rows:
 
     codes: dict[str, np.ndarray]
     values: dict[str, np.ndarray]
-    payload: object  # a ring batch aligned with the rows
+    payload: object  # a ring batch aligned with the rows; None: ``multiplicity`` times one
+    multiplicity: np.ndarray | None = None
 
 
 def _categorical(ring: Ring) -> frozenset[str]:
@@ -312,8 +313,14 @@ class Maintainer:
             for c, v in zip(columns, atom.variables, strict=True)
             if c in rows.values
         }
-        payload = self.ring.batch_scale(self.ring.batch_ones(rows.size), rows.multiplicity)
-        return _Rows(codes, values, payload)
+        return _Rows(codes, values, None, rows.multiplicity)
+
+    def _payload(self, rows: _Rows):
+        """The rows' payloads as a ring batch."""
+        if rows.payload is None:
+            n = rows.multiplicity.shape[0]
+            return self.ring.batch_scale(self.ring.batch_ones(n), rows.multiplicity)
+        return rows.payload
 
     def _lift_factors(
         self,
@@ -350,7 +357,7 @@ class Maintainer:
                 keys = np.column_stack([delta.codes[v] for v in leaf.keys])
                 unique, groups = group_rows(keys)
                 self._stores[id(leaf)].add(
-                    unique, self.ring.batch_sum_by(delta.payload, groups, unique.shape[0])
+                    unique, self.ring.batch_sum_by(self._payload(delta), groups, unique.shape[0])
                 )
             child = leaf
             for node in self.tree.path(atom.name):
@@ -367,7 +374,11 @@ class Maintainer:
 
     def _step(self, node: ViewNode, child, delta: _Rows) -> _Rows:
         """``δV = ⊕_marginalized (δchild ⊗ siblings ⊗ lifts)``, grouped by V's keys."""
-        n = self.ring.batch_len(delta.payload)
+        n = (
+            delta.multiplicity.shape[0]
+            if delta.payload is None
+            else self.ring.batch_len(delta.payload)
+        )
         cols = dict(delta.codes)
         rows = np.arange(n)
         sibling_slots: list[tuple[ViewStore, np.ndarray]] = []
@@ -402,9 +413,17 @@ class Maintainer:
             sibling_slots.append((store, slots))
         values = {v: delta.values[v][rows] for v in node.marginalized if v in delta.values}
         identity = rows.size == n and np.array_equal(rows, np.arange(n))
-        factors = [delta.payload if identity else self.ring.batch_take(delta.payload, rows)]
-        factors += [store.take(slots) for store, slots in sibling_slots]
+        factors = [store.take(slots) for store, slots in sibling_slots]
         factors += self._lift_factors(node.marginalized, cols, values, rows.size)
+        if delta.payload is None:  # leaf multiplicities fold into the first factor
+            mult = delta.multiplicity if identity else delta.multiplicity[rows]
+            if not factors:
+                factors = [self.ring.batch_ones(rows.size)]
+            factors[0] = self.ring.batch_scale(factors[0], mult)
+        else:
+            factors.insert(
+                0, delta.payload if identity else self.ring.batch_take(delta.payload, rows)
+            )
         if node.keys:
             unique, groups = group_rows(np.column_stack([cols[v] for v in node.keys]))
             payload = self.ring.batch_mul_sum(factors, groups, unique.shape[0])
@@ -429,8 +448,8 @@ class Maintainer:
     ) -> tuple[dict[str, np.ndarray], list]:
         """Join rows with base relations, tuple by tuple (no aggregation pushed past joins)."""
         cols = dict(start.codes)
-        factors = [start.payload]
-        n = self.ring.batch_len(start.payload)
+        payload = self._payload(start)
+        n = self.ring.batch_len(payload)
         taken: list[tuple[ViewStore, np.ndarray]] = []
         rows = np.arange(n)
         remaining = list(others)
@@ -448,7 +467,7 @@ class Maintainer:
                 if v not in cols:
                     cols[v] = store.index.keys[slots, j]
             taken = [(s, sl[selected]) for s, sl in taken] + [(store, slots)]
-        factors = [self.ring.batch_take(start.payload, rows)]
+        factors = [self.ring.batch_take(payload, rows)]
         factors += [s.take(sl) for s, sl in taken]
         return cols, factors
 
@@ -476,7 +495,7 @@ class Maintainer:
             keys = np.column_stack([delta.codes[v] for v in atom.variables])
             unique, groups = group_rows(keys)
             self._base_store(atom).add(
-                unique, self.ring.batch_sum_by(delta.payload, groups, unique.shape[0])
+                unique, self.ring.batch_sum_by(self._payload(delta), groups, unique.shape[0])
             )
 
     def _recompute(self) -> None:
@@ -487,7 +506,9 @@ class Maintainer:
                 delta = self._atom_rows(atom, rows)
                 keys = np.column_stack([delta.codes[v] for v in atom.variables])
                 unique, groups = group_rows(keys)
-                store.add(unique, self.ring.batch_sum_by(delta.payload, groups, unique.shape[0]))
+                store.add(
+                    unique, self.ring.batch_sum_by(self._payload(delta), groups, unique.shape[0])
+                )
             stores[atom.name] = store
         first, *others = self.query.atoms
         codes, payload = stores[first.name].entries()
