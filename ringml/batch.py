@@ -110,14 +110,26 @@ class TupleCounts:
         return np.where(slots >= 0, self.counts[np.maximum(slots, 0)], 0)
 
     def check(
-        self, fingerprints: np.ndarray, signs: np.ndarray
+        self,
+        fingerprints: np.ndarray,
+        signs: np.ndarray,
+        earlier: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, int]:
-        """Net change per distinct tuple; also the index of a violating row, or -1."""
+        """Net change per distinct tuple; also the index of a violating row, or -1.
+
+        ``earlier`` = (fingerprints, net changes) of batches that precede this one in the
+        same atomic apply and are not recorded yet: a tuple they insert may be deleted here.
+        """
         if (signs >= 0).all():
             return fingerprints, signs, -1
         unique, first, inverse = np.unique(fingerprints, return_index=True, return_inverse=True)
         net = np.bincount(inverse.ravel(), weights=signs, minlength=unique.size).astype(np.int64)
-        bad = np.flatnonzero(self.current(unique) + net < 0)
+        current = self.current(unique)
+        if earlier is not None and earlier[0].size:
+            pos = np.minimum(np.searchsorted(unique, earlier[0]), unique.size - 1)
+            hit = unique[pos] == earlier[0]
+            np.add.at(current, pos[hit], earlier[1][hit])
+        bad = np.flatnonzero(current + net < 0)
         return unique, net, int(first[bad[0]]) if bad.size else -1
 
     def apply(self, ids: np.ndarray, net: np.ndarray) -> None:
@@ -166,8 +178,14 @@ class BatchPreparer:
             else None
         )
 
-    def prepare(self, batch: UpdateBatch) -> PreparedRows:
-        """Validate ``batch`` and encode it; raises :class:`BatchError`, changing no view."""
+    def prepare(
+        self, batch: UpdateBatch, earlier: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> PreparedRows:
+        """Validate ``batch`` and encode it; raises :class:`BatchError`, changing no view.
+
+        ``earlier``: the (tuple ids, net changes) of the batches before this one in the same
+        atomic apply, which deletes are checked against too.
+        """
         relation = batch.relation
         if relation not in self.query.relations:
             raise BatchError(
@@ -206,7 +224,9 @@ class BatchPreparer:
                 prepared.codes[column] = self._encode(relation, column, data)
         if self.counts is not None and len(frame):
             counts = self.counts[relation]
-            unique, net, violating = counts.check(TupleCounts.fingerprints(frame), signs)
+            unique, net, violating = counts.check(
+                TupleCounts.fingerprints(frame), signs, earlier
+            )
             if violating >= 0:
                 row = frame.iloc[violating].to_dict()
                 raise BatchError(

@@ -155,22 +155,16 @@ class Maintainer:
         prepared = []
         pending: dict[str, list] = {}
         for batch in batches:
-            rows = self._preparer.prepare(batch)
-            if rows.tuple_ids is not None:  # deletes checked against earlier batches too
-                earlier = pending.setdefault(rows.relation, [])
-                if earlier:
-                    ids = np.concatenate([e[0] for e in earlier] + [rows.tuple_ids])
-                    net = np.concatenate([e[1] for e in earlier] + [rows.tuple_delta])
-                    unique, inverse = np.unique(ids, return_inverse=True)
-                    total = np.bincount(inverse.ravel(), weights=net).astype(np.int64)
-                    current = self._preparer.counts[rows.relation].current(unique)
-                    if (current + total < 0).any():
-                        raise BatchError(
-                            f"relation {rows.relation!r}: the batches delete a tuple more "
-                            "often than it is present",
-                            rows.relation,
-                        )
-                earlier.append((rows.tuple_ids, rows.tuple_delta))
+            # deletes are checked against the stored tuples and the earlier batches' changes
+            earlier = pending.get(batch.relation)
+            rows = self._preparer.prepare(
+                batch,
+                (np.concatenate([e[0] for e in earlier]), np.concatenate([e[1] for e in earlier]))
+                if earlier
+                else None,
+            )
+            if rows.tuple_ids is not None:
+                pending.setdefault(rows.relation, []).append((rows.tuple_ids, rows.tuple_delta))
             prepared.append(rows)
         return prepared
 
