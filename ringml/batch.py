@@ -224,9 +224,7 @@ class BatchPreparer:
                 prepared.codes[column] = self._encode(relation, column, data)
         if self.counts is not None and len(frame):
             counts = self.counts[relation]
-            unique, net, violating = counts.check(
-                TupleCounts.fingerprints(frame), signs, earlier
-            )
+            unique, net, violating = counts.check(TupleCounts.fingerprints(frame), signs, earlier)
             if violating >= 0:
                 row = frame.iloc[violating].to_dict()
                 raise BatchError(

@@ -25,7 +25,7 @@ from .batch import BatchPreparer, PreparedRows, UpdateBatch
 from .encoding import Dictionary
 from .errors import BatchError, SchemaError
 from .query import Atom, Query
-from .rings.base import Ring
+from .rings.base import Ring, RingError
 from .store import ViewStore, group_rows
 from .variable_order import VariableOrder
 from .view_tree import AtomLeaf, ViewNode, ViewTree
@@ -165,8 +165,36 @@ class Maintainer:
             )
             if rows.tuple_ids is not None:
                 pending.setdefault(rows.relation, []).append((rows.tuple_ids, rows.tuple_delta))
+            self._check_lifts(rows)
             prepared.append(rows)
         return prepared
+
+    def _check_lifts(self, rows: PreparedRows) -> None:
+        """Reject values the ring cannot lift (e.g. 1.5 for ℤ) before any view changes."""
+        columns = self.query.relations[rows.relation]
+        for atom in self.query.atoms_of(rows.relation):
+            for column, variable in zip(columns, atom.variables, strict=True):
+                if column not in rows.values or variable not in self._lifted - self._categorical:
+                    continue
+                data = rows.values[column]
+                try:
+                    self.ring.batch_lift(variable, data)
+                except RingError as error:
+                    bad = next((x for x in data if not self._lifts_one(variable, x)), None)
+                    raise BatchError(
+                        f"relation {rows.relation!r}, column {column!r}: value {bad!r} cannot "
+                        f"be lifted ({error})",
+                        rows.relation,
+                        column,
+                        bad,
+                    ) from None
+
+    def _lifts_one(self, variable: str, value) -> bool:
+        try:
+            self.ring.batch_lift(variable, np.asarray([value]))
+        except RingError:
+            return False
+        return True
 
     # ------------------------------------------------------------------ results
     def result(self):
