@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .encoding import Dictionary, EncodingError, _value_keys
+from .encoding import _INT, Dictionary, EncodingError, _value_keys
 from .errors import BatchError
 from .keyindex import KeyIndex, hash_rows
 from .query import Query
@@ -99,8 +99,15 @@ class TupleCounts:
             data = frame[c].to_numpy()
             if data.dtype.kind in "iufb":
                 columns.append((data.astype(np.float64) + 0.0).view(np.int64))
-            else:
-                columns.append(_value_keys(data)[0][:, 1])
+            else:  # missing values (unused columns only) hash like a numeric NaN
+                data = data.astype(object)
+                missing = np.asarray(pd.isna(data), dtype=bool)
+                bits = np.full(data.shape[0], np.float64(np.nan).view(np.int64))
+                keys = _value_keys(data[~missing])[0]
+                ints = keys[:, 0] == _INT  # numbers in object columns hash like numeric ones
+                keys[ints, 1] = (keys[ints, 1].astype(np.float64) + 0.0).view(np.int64)
+                bits[~missing] = keys[:, 1]
+                columns.append(bits)
         return hash_rows(np.column_stack(columns)).view(np.int64)
 
     def current(self, unique: np.ndarray) -> np.ndarray:

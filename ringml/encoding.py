@@ -8,6 +8,8 @@ types (``1 == 1.0``); NaN is rejected.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import pandas as pd
 
@@ -64,6 +66,20 @@ def _value_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise EncodingError(f"missing value {objects[i]!r} cannot be a key", i, objects[i])
     keys[:, 0] = _OTHER
     keys[:, 1] = pd.util.hash_array(objects, categorize=True).view(np.int64)
+    # numbers held in an object column are keyed like numeric columns (object 1 == int64 1)
+    real = np.fromiter((isinstance(x, numbers.Real) for x in objects), dtype=bool, count=n)
+    if real.any():
+        integral = np.fromiter((isinstance(x, numbers.Integral) for x in objects), bool, count=n)
+        ints = np.flatnonzero(real & integral)  # integers beyond int64 keep their hashed key
+        ints = ints[[-(2**63) <= int(x) < 2**63 for x in objects[ints]]]
+        for where, dtype in ((ints, np.int64), (np.flatnonzero(real & ~integral), np.float64)):
+            if not where.size:
+                continue
+            try:
+                keys[where] = _value_keys(np.asarray(objects[where].tolist(), dtype=dtype))[0]
+            except EncodingError as error:
+                i = int(where[error.position])
+                raise EncodingError(str(error), i, objects[i]) from None
     return keys, objects
 
 
