@@ -178,7 +178,7 @@ class Maintainer:
                     continue
                 data = rows.values[column]
                 try:
-                    self.ring.batch_lift(variable, data)
+                    self.ring.check_lift(variable, data)
                 except RingError as error:
                     bad = next((x for x in data if not self._lifts_one(variable, x)), None)
                     raise BatchError(

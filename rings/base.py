@@ -87,6 +87,14 @@ class Ring(ABC, Generic[E, B]):
             return self.one()
         return self.batch_to_list(self.batch_lift(variable, np.asarray([value])))[0]
 
+    def check_lift(self, variable: str, values: np.ndarray) -> None:
+        """Raise :class:`RingError` if some value cannot be lifted (no payload is built).
+
+        The engine validates whole batches with it before any view changes; rings override
+        it with a cheaper check than lifting.
+        """
+        self.batch_lift(variable, values)
+
     def sub(self, a: E, b: E) -> E:
         """``a - b``."""
         return self.add(a, self.neg(b))

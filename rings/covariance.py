@@ -1000,6 +1000,11 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         )
 
     # -------------------------------------------------------------------- lifting
+    def check_lift(self, variable: str, values: np.ndarray) -> None:
+        """Unknown variables, non-numbers, NaN and infinities raise :class:`RingError`."""
+        self.index_of(variable)
+        self._column(variable, values)
+
     def _column(self, variable: str, values: Any) -> np.ndarray:
         """Validate a column of a continuous variable as finite float64 values."""
         arr = np.asarray(values)
