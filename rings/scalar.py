@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import numbers
 import struct
+from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -334,11 +335,13 @@ class _NumericRing(Ring):
             )
         return self._column(variable, out)
 
+    @abstractmethod
     def _scalar_value(self, variable: str, value: Any, source: Any) -> Any:
-        raise NotImplementedError
+        """One lifted value of ``variable``, validated for this ring."""
 
+    @abstractmethod
     def _column(self, variable: str, values: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """A column of lifted values of ``variable``, validated for this ring."""
 
 
 # ------------------------------------------------------------------------------------ ℤ
