@@ -99,15 +99,11 @@ class TupleCounts:
             data = frame[c].to_numpy()
             if data.dtype.kind in "iufb":
                 columns.append((data.astype(np.float64) + 0.0).view(np.int64))
-            else:  # missing values (unused columns only) hash like a numeric NaN
-                data = data.astype(object)
-                missing = np.asarray(pd.isna(data), dtype=bool)
-                bits = np.full(data.shape[0], np.float64(np.nan).view(np.int64))
-                keys = _value_keys(data[~missing])[0]
+            else:
+                keys = _value_keys(data)[0]
                 ints = keys[:, 0] == _INT  # numbers in object columns hash like numeric ones
                 keys[ints, 1] = (keys[ints, 1].astype(np.float64) + 0.0).view(np.int64)
-                bits[~missing] = keys[:, 1]
-                columns.append(bits)
+                columns.append(keys[:, 1])
         return hash_rows(np.column_stack(columns)).view(np.int64)
 
     def current(self, unique: np.ndarray) -> np.ndarray:
@@ -229,6 +225,8 @@ class BatchPreparer:
                 prepared.values[column] = self._numbers(relation, column, data)
             if column in self.encoded[relation]:
                 prepared.codes[column] = self._encode(relation, column, data)
+            elif column not in self.numeric[relation]:
+                self._check_values(relation, column, data)
         if self.counts is not None and len(frame):
             counts = self.counts[relation]
             unique, net, violating = counts.check(TupleCounts.fingerprints(frame), signs, earlier)
@@ -274,6 +272,26 @@ class BatchPreparer:
                 value,
             )
         return data
+
+    def _check_values(self, relation: str, column: str, data: np.ndarray) -> None:
+        """A column the strategy neither encodes nor lifts still binds a variable: reject the
+        values no strategy could key (NaN, None, NaT, ±inf), so all strategies accept the
+        same batches."""
+        try:
+            if data.dtype.kind == "f":
+                bad = np.flatnonzero(~np.isfinite(data))
+                if bad.size:
+                    i = int(bad[0])
+                    raise EncodingError(f"value {data[i]!r} cannot be a key", i, data[i])
+            elif data.dtype.kind not in "iub":
+                _value_keys(data)
+        except EncodingError as error:
+            raise BatchError(
+                f"relation {relation!r}, column {column!r}: {error} (row {error.position})",
+                relation,
+                column,
+                error.value,
+            ) from None
 
     def _encode(self, relation: str, column: str, data: np.ndarray) -> np.ndarray:
         try:
