@@ -1,0 +1,272 @@
+"""Bad input is rejected at the edge with a BatchError, and a rejected batch changes nothing.
+
+Every rejection must name the relation, the column and the value, and leave the result and
+every stored view exactly as before — also when the bad batch is the second of a multi-batch
+``apply([...])`` whose first batch is fine.  ``allow_absent_deletes=True`` turns the check of
+deletes off (plain ring semantics: payloads may go negative).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from ringml.rings.scalar import IntegerRing
+
+from ringml.batch import UpdateBatch
+from ringml.errors import BatchError
+from ringml.maintainer import Maintainer
+from ringml.query import Query
+
+RELS = {"R": ["A", "B"], "S": ["A", "C", "E"], "T": ["C", "D"]}
+STRATEGIES = ["fivm", "first_order", "recompute"]
+FREE = [(), ("A", "C")]
+
+
+def fig6() -> dict[str, pd.DataFrame]:
+    return {
+        "R": pd.DataFrame({"A": [1, 1, 2, 3], "B": [1, 2, 3, 4]}),
+        "S": pd.DataFrame({"A": [1, 1, 1, 2], "C": [1, 1, 2, 2], "E": [1, 2, 3, 4]}),
+        "T": pd.DataFrame({"C": [1, 2, 2, 3], "D": [1, 2, 3, 4]}),
+    }
+
+
+def loaded(strategy: str, free=(), **options) -> Maintainer:
+    """Fig. 6 data; B and E are lifted features (SUM(B·E)), A and C join keys."""
+    m = Maintainer(Query(RELS, IntegerRing(["B", "E"]), free=list(free)), strategy=strategy,
+                   **options)  # fmt: skip
+    for name, frame in fig6().items():
+        m.insert(name, frame)
+    return m
+
+
+def snapshot(m: Maintainer) -> dict:
+    """The result and the content of every stored view."""
+    state = {"result": m.result(), "entries": m.stored_entries()}
+    if m.strategy == "fivm":
+        for node in m.tree.materialized():
+            state[node.name] = m.view(node.name)
+    return state
+
+
+GOOD_T = UpdateBatch.inserts("T", pd.DataFrame({"C": [1, 3], "D": [7, 8]}))
+
+# (name, batch, relation, column or None, text of the value in the message)
+BAD_BATCHES = [
+    ("unknown relation", UpdateBatch.inserts("U", pd.DataFrame({"A": [1]})), "U", None, None),
+    ("missing column", UpdateBatch.inserts("R", pd.DataFrame({"A": [5]})), "R", "B", None),
+    (
+        "extra column",
+        UpdateBatch.inserts("R", pd.DataFrame({"A": [5], "B": [5], "Z": [0]})),
+        "R",
+        "Z",
+        None,
+    ),
+    (
+        "string in a feature column",
+        UpdateBatch.inserts("R", pd.DataFrame({"A": [5, 6], "B": [5, "five"]})),
+        "R",
+        "B",
+        "'five'",
+    ),
+    (
+        "NaN in a feature column",
+        UpdateBatch.inserts("S", pd.DataFrame({"A": [1, 2], "C": [1, 2], "E": [5.0, np.nan]})),
+        "S",
+        "E",
+        "nan",
+    ),
+    (
+        "infinity in a feature column",
+        UpdateBatch.inserts("R", pd.DataFrame({"A": [1], "B": [np.inf]})),
+        "R",
+        "B",
+        "inf",
+    ),
+    (
+        "non-integer for an integer lift",
+        UpdateBatch.inserts("R", pd.DataFrame({"A": [1, 2], "B": [2.0, 2.5]})),
+        "R",
+        "B",
+        "2.5",
+    ),
+    (
+        "NaN in a join key",
+        UpdateBatch.inserts("S", pd.DataFrame({"A": [1, np.nan], "C": [1, 1], "E": [5, 6]})),
+        "S",
+        "A",
+        "nan",
+    ),
+    (
+        "None in a join key",
+        UpdateBatch.inserts("T", pd.DataFrame({"C": [2, None], "D": [5, 6]}, dtype=object)),
+        "T",
+        "C",
+        "None",
+    ),
+    (
+        "deleting an absent tuple",
+        UpdateBatch.deletes("R", pd.DataFrame({"A": [1, 7], "B": [1, 7]})),
+        "R",
+        "A",
+        "7",
+    ),
+    (
+        "deleting a tuple more often than present",
+        UpdateBatch.deletes("R", pd.DataFrame({"A": [1, 1], "B": [2, 2]})),
+        "R",
+        "B",
+        "2",
+    ),
+    (
+        "fractional multiplicity",
+        UpdateBatch("R", pd.DataFrame({"A": [1], "B": [9]}), np.array([0.5])),
+        "R",
+        None,
+        None,
+    ),
+    (
+        "multiplicities of the wrong length",
+        UpdateBatch("R", pd.DataFrame({"A": [1], "B": [9]}), np.array([1, 1])),
+        "R",
+        None,
+        None,
+    ),
+]
+IDS = [case[0] for case in BAD_BATCHES]
+
+
+def check_error(error: BatchError, relation, column, value) -> None:
+    message = str(error)
+    assert error.relation == relation
+    assert f"'{relation}'" in message
+    if column is not None:
+        assert f"'{column}'" in message
+    if value is not None:
+        assert value in message
+
+
+@pytest.mark.parametrize("free", FREE)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(("name", "batch", "relation", "column", "value"), BAD_BATCHES, ids=IDS)
+def test_bad_batch_is_rejected_and_changes_nothing(
+    name, batch, relation, column, value, strategy, free
+):
+    m = loaded(strategy, free)
+    before = snapshot(m)
+    with pytest.raises(BatchError) as caught:
+        m.apply(batch)
+    check_error(caught.value, relation, column, value)
+    assert snapshot(m) == before
+
+
+@pytest.mark.parametrize("free", FREE)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(("name", "batch", "relation", "column", "value"), BAD_BATCHES, ids=IDS)
+def test_bad_second_batch_rejects_the_whole_apply(
+    name, batch, relation, column, value, strategy, free
+):
+    m = loaded(strategy, free)
+    before = snapshot(m)
+    with pytest.raises(BatchError) as caught:
+        m.apply([GOOD_T, batch])
+    check_error(caught.value, relation, column, value)
+    assert snapshot(m) == before
+    # nothing of the rejected apply was recorded: the good batch still applies exactly once
+    m.apply(GOOD_T)
+    reference = loaded("recompute", free)
+    reference.apply(GOOD_T)
+    assert m.result() == reference.result()
+    with pytest.raises(BatchError, match="not present"):
+        m.apply([UpdateBatch.deletes("T", GOOD_T.rows)] * 2)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_rejected_insert_is_not_recorded_as_present(strategy):
+    m = loaded(strategy)
+    bad = pd.DataFrame({"A": [1, 2], "B": [5, "x"]})
+    with pytest.raises(BatchError):
+        m.insert("R", bad)
+    with pytest.raises(BatchError, match="not present"):
+        m.delete("R", pd.DataFrame({"A": [1], "B": [5]}))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_updating_a_static_relation_is_rejected(strategy):
+    query = Query(RELS, IntegerRing(["B", "E"]))
+    m = Maintainer(query, updatable=["R", "T"], strategy=strategy)
+    m.load("S", fig6()["S"])
+    m.insert("R", fig6()["R"])
+    m.insert("T", fig6()["T"])
+    before = snapshot(m)
+    with pytest.raises(BatchError, match="'S' is static") as caught:
+        m.apply([GOOD_T, UpdateBatch.inserts("S", pd.DataFrame({"A": [1], "C": [1], "E": [1]}))])
+    assert caught.value.relation == "S"
+    assert snapshot(m) == before
+
+
+def test_batch_error_is_a_value_error_with_fields():
+    m = loaded("fivm")
+    with pytest.raises(ValueError) as caught:
+        m.insert("S", pd.DataFrame({"A": [1], "C": [1], "E": ["e"]}))
+    error = caught.value
+    assert isinstance(error, BatchError)
+    assert (error.relation, error.column, error.value) == ("S", "E", "e")
+
+
+@pytest.mark.parametrize("free", FREE)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_allow_absent_deletes_gives_plain_ring_semantics(strategy, free):
+    m = loaded(strategy, free, allow_absent_deletes=True)
+    reference = loaded("recompute", free, allow_absent_deletes=True)
+    # (1, 1) is present once: deleting it three times leaves payload -2 on that tuple, and
+    # (9, 9) was never there: it gets -1 (it joins with nothing)
+    deletes = UpdateBatch.deletes("R", pd.DataFrame({"A": [1, 1, 1, 9], "B": [1, 1, 1, 9]}))
+    m.apply(deletes)
+    reference.apply(deletes)
+    # SUM(B·E) over the join is 51; R[(1,1)] contributes 1 · (1+2+3+3) = 9 per unit and
+    # goes from 1 to -2
+    if free:
+        # the groups (1,1) and (1,2) cancel to exactly 0 and vanish (t ∈ R iff R[t] ≠ 0)
+        assert m.result() == {(2, 2): 24} == reference.result()
+    else:
+        assert m.result() == 51 - 3 * 9 == reference.result()
+    # inserting the tuples back restores the original state
+    m.insert("R", pd.DataFrame({"A": [1, 1, 1, 9], "B": [1, 1, 1, 9]}))
+    assert m.result() == loaded("fivm", free).result()
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_numbers_in_object_columns_join_like_numeric_ones(strategy):
+    """An object-dtype column of numbers (JSON, dtype=object, after a None was filled) must key
+    like an int64 column: 1 == 1.0 == object 1, for joins, groups and the delete check."""
+    query = Query({"R": ["A", "B"], "S": ["A", "C"]}, IntegerRing(["B"]), free=["C"])
+    m = Maintainer(query, strategy=strategy)
+    m.insert("R", pd.DataFrame({"A": [1, 2, 3], "B": [10, 20, 30]}))
+    m.insert("S", pd.DataFrame({"A": [1, 2.0, "3"], "C": [7, 7, 8]}, dtype=object))
+    assert m.result() == {(7,): 30}  # the string "3" is not the number 3
+    m.delete("R", pd.DataFrame({"A": [1.0], "B": [10]}, dtype=object))
+    assert m.result() == {(7,): 20}
+    m.delete("S", pd.DataFrame({"A": [2], "C": [7]}))
+    assert m.result() == {}
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(
+    ("bad", "text"),
+    [(None, "None"), (np.nan, "nan"), (np.inf, "inf"), (pd.NaT, "NaT")],
+    ids=["None", "NaN", "inf", "NaT"],
+)
+def test_missing_value_in_an_unused_column_is_rejected_by_every_strategy(strategy, bad, text):
+    """D is neither a key nor a feature of SUM(B) GROUP BY A under F-IVM, but the classic
+    strategies key every variable: all strategies must accept the same batches."""
+    query = Query({"R": ["A", "B"], "T": ["A", "D"]}, IntegerRing(["B"]), free=["A"])
+    m = Maintainer(query, strategy=strategy)
+    m.insert("R", pd.DataFrame({"A": [1], "B": [5]}))
+    m.insert("T", pd.DataFrame({"A": [1], "D": ["x"]}))
+    before = snapshot(m)
+    rows = pd.DataFrame({"A": [1, 1], "D": [2.0, bad]}, dtype=object if bad is None else None)
+    with pytest.raises(BatchError) as caught:
+        m.insert("T", rows)
+    check_error(caught.value, "T", "D", text)
+    assert snapshot(m) == before
