@@ -79,6 +79,13 @@ class PreparedRows:
     tuple_delta: np.ndarray | None = None
 
 
+def _exact_big(bits: np.ndarray, ints: np.ndarray) -> np.ndarray:
+    """Float64 bits of integers, but the integer itself beyond 2**53, where float64 rounds
+    (no float equals such an integer, so tuples differing there must not collide)."""
+    big = np.abs(ints) > 2**53
+    return np.where(big, ints, bits) if big.any() else bits
+
+
 class TupleCounts:
     """Multiplicities of the stored tuples of one relation (to reject deletes of absent ones).
 
@@ -98,11 +105,15 @@ class TupleCounts:
         for c in frame.columns:
             data = frame[c].to_numpy()
             if data.dtype.kind in "iufb":
-                columns.append((data.astype(np.float64) + 0.0).view(np.int64))
+                bits = (data.astype(np.float64) + 0.0).view(np.int64)
+                if data.dtype.kind == "i":
+                    bits = _exact_big(bits, data)
+                columns.append(bits)
             else:
                 keys = _value_keys(data)[0]
                 ints = keys[:, 0] == _INT  # numbers in object columns hash like numeric ones
-                keys[ints, 1] = (keys[ints, 1].astype(np.float64) + 0.0).view(np.int64)
+                as_float = (keys[ints, 1].astype(np.float64) + 0.0).view(np.int64)
+                keys[ints, 1] = _exact_big(as_float, keys[ints, 1])
                 columns.append(keys[:, 1])
         return hash_rows(np.column_stack(columns)).view(np.int64)
 
@@ -249,7 +260,8 @@ class BatchPreparer:
 
     def _numbers(self, relation: str, column: str, data: np.ndarray) -> np.ndarray:
         if data.dtype.kind not in "iufb":
-            numeric = pd.to_numeric(pd.Series(data), errors="coerce").to_numpy(dtype=np.float64)
+            converted = pd.to_numeric(pd.Series(data), errors="coerce")
+            numeric = converted.to_numpy(dtype=np.float64, na_value=np.nan)
             bad = np.flatnonzero(np.isnan(numeric) & ~pd.isna(pd.Series(data)).to_numpy())
             if bad.size:
                 value = data[bad[0]]
@@ -259,7 +271,9 @@ class BatchPreparer:
                     column,
                     value,
                 )
-            data = numeric
+            data = converted.to_numpy(dtype=np.int64) if converted.dtype.kind == "i" else numeric
+        if data.dtype.kind == "i":  # exact: float64 would round integers beyond 2**53
+            return data.astype(np.int64)
         data = data.astype(np.float64)
         bad = np.flatnonzero(~np.isfinite(data))
         if bad.size:

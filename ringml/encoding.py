@@ -169,9 +169,13 @@ class Dictionary:
         return self.values[np.asarray(codes, dtype=np.int64)]
 
     def numeric(self, codes: np.ndarray) -> np.ndarray:
-        """Values of ``codes`` as float64 (for lifting join variables); NaN where not numeric."""
+        """Values of ``codes`` as numbers (for lifting join variables): int64 when every value
+        is an integer (exact beyond 2**53), else float64 with NaN where not numeric."""
         if self._numeric is None:
-            self._numeric = pd.to_numeric(pd.Series(self.values), errors="coerce").to_numpy(
-                dtype=np.float64, na_value=np.nan
+            numeric = pd.to_numeric(pd.Series(self.values), errors="coerce")
+            self._numeric = (
+                numeric.to_numpy(dtype=np.int64)
+                if numeric.dtype.kind == "i"
+                else numeric.to_numpy(dtype=np.float64, na_value=np.nan)
             )
         return self._numeric[np.asarray(codes, dtype=np.int64)]
