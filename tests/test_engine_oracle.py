@@ -21,17 +21,22 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from ringml.rings.categorical import GeneralizedCovarianceRing
 from ringml.rings.covariance import CovarianceRing
 from ringml.rings.scalar import IntegerRing, ProductRing, RealRing
 
 from ringml.batch import UpdateBatch
-from ringml.errors import VariableOrderError
+from ringml.errors import BatchError, SchemaError, VariableOrderError
 from ringml.maintainer import Maintainer
 from ringml.query import Atom, Query
-from ringml.variable_order import VariableOrder, is_free_connex, is_q_hierarchical
+from ringml.variable_order import (
+    VariableOrder,
+    is_acyclic,
+    is_free_connex,
+    is_q_hierarchical,
+)
 
 SETTINGS = settings(
     max_examples=40,
@@ -543,3 +548,99 @@ def test_deleting_every_tuple_leaves_no_group(strategy, ring_kind):
     for i in range(0, 200, 7):
         m.delete("R", rows.iloc[order[i : i + 7]])
     assert dict(m.enumerate()) == {}
+
+
+# ------------------------------------------------------------------------------ query classes
+def has_join_tree(edges: list[frozenset[str]]) -> bool:
+    """α-acyclicity, independently of GYO: a maximum-weight spanning tree of the intersection
+    graph (weights |e ∩ f|) is a join tree iff one exists; check the running intersection."""
+    n = len(edges)
+    pairs = sorted(
+        ((len(edges[i] & edges[j]), i, j) for i in range(n) for j in range(i + 1, n)),
+        reverse=True,
+    )
+    component = list(range(n))
+
+    def find(i: int) -> int:
+        while component[i] != i:
+            i = component[i]
+        return i
+
+    adjacent: dict[int, list[int]] = {i: [] for i in range(n)}
+    for _, i, j in pairs:
+        if find(i) != find(j):
+            component[find(i)] = find(j)
+            adjacent[i].append(j)
+            adjacent[j].append(i)
+    for v in set().union(*edges):
+        holding = {i for i in range(n) if v in edges[i]}
+        start = next(iter(holding))
+        seen, todo = {start}, [start]
+        while todo:  # the edges holding v must be connected in the tree
+            i = todo.pop()
+            for j in adjacent[i]:
+                if j in holding and j not in seen:
+                    seen.add(j)
+                    todo.append(j)
+        if seen != holding:
+            return False
+    return True
+
+
+@st.composite
+def hypergraph_queries(draw):
+    """Connected queries over 2-5 atoms of 1-3 of the variables A-E (often cyclic)."""
+    names = list("ABCDE")[: draw(st.integers(3, 5))]
+    edge = st.lists(st.sampled_from(names), min_size=1, max_size=3, unique=True)
+    edges = draw(st.lists(edge, min_size=2, max_size=5))
+    relations = {f"R{i}": cols for i, cols in enumerate(edges)}
+    free = draw(st.lists(st.sampled_from(names), unique=True))
+    try:
+        probe = Query(relations, IntegerRing())
+    except SchemaError:  # not connected
+        assume(False)
+    free = [v for v in free if v in probe.variables]
+    return Query(relations, IntegerRing(), free=free)
+
+
+@settings(max_examples=300, deadline=None)
+@given(query=hypergraph_queries())
+def test_query_classes_and_order_constructions(query):
+    edges = [frozenset(a.variables) for a in query.atoms]
+    acyclic = has_join_tree(edges)
+    assert is_acyclic(query) == acyclic
+    free_connex = acyclic and has_join_tree(
+        edges + [frozenset(query.free)] if query.free else edges
+    )
+    assert is_free_connex(query) == free_connex
+    VariableOrder.auto(query).validate(query)
+    if free_connex:
+        order = VariableOrder.free_connex(query)
+        order.validate(query)
+        assert order.is_free_top(query.free)
+    else:
+        with pytest.raises(VariableOrderError):
+            VariableOrder.free_connex(query)
+    if is_q_hierarchical(query):
+        order = VariableOrder.canonical(query)
+        order.validate(query)
+        assert order.is_free_top(query.free)
+
+
+# ------------------------------------------------------------------------------ exact integers
+@pytest.mark.parametrize("dtype", [None, object])
+@pytest.mark.parametrize("b_is_a_join_key", [False, True])
+@pytest.mark.parametrize("strategy", ["fivm", "first_order", "recompute"])
+def test_integer_sums_are_exact_beyond_2_53(strategy, b_is_a_join_key, dtype):
+    """ℤ lifts must not pass through float64: 2**53 + 1 is not 2**53."""
+    big = 2**53 + 1
+    other = "B" if b_is_a_join_key else "A"
+    query = Query({"R": ["A", "B"], "S": [other, "C"]}, IntegerRing(["B"]))
+    m = Maintainer(query, strategy=strategy)
+    m.insert("S", pd.DataFrame({other: [big if b_is_a_join_key else 1], "C": [1]}))
+    m.insert("R", pd.DataFrame({"A": [1], "B": [big]}, dtype=dtype))
+    assert m.result() == big
+    with pytest.raises(BatchError, match="not present"):  # 2**53 was never inserted
+        m.delete("R", pd.DataFrame({"A": [1], "B": [big - 1]}, dtype=dtype))
+    m.delete("R", pd.DataFrame({"A": [1], "B": [big]}, dtype=dtype))
+    assert m.result() == 0
