@@ -245,6 +245,8 @@ class Maintainer:
         """Number of keys held in all stores (a proxy for memory)."""
         if self.strategy == "fivm":
             return sum(len(s) for s in self._stores.values())
+        if self.strategy == "first_order":
+            return sum(len(s) for s in self._base.values()) + len(self._result)
         return sum(int(sum(r.size for r in rows)) for rows in self._base_rows.values())
 
     def _root_store(self) -> ViewStore:
