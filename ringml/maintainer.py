@@ -94,7 +94,6 @@ class Maintainer:
                 if isinstance(node, ViewNode) or _has_siblings(node):
                     self._stores[id(node)] = ViewStore(node.keys, self.ring)
         else:
-            self._base_rows: dict[str, list[PreparedRows]] = {r: [] for r in query.relations}
             self._result = ViewStore(tuple(query.free), self.ring)
         self.batches_applied = 0
         self.tuples_applied = 0
@@ -145,7 +144,8 @@ class Maintainer:
             elif self.strategy == "first_order":
                 self._first_order(rows)
             else:
-                self._base_rows[rows.relation].append(rows)
+                for atom in self.query.atoms_of(rows.relation):
+                    self._store_base(atom, self._atom_rows(atom, rows))
             self.tuples_applied += rows.size
         if self.strategy == "recompute" and prepared:
             self._recompute()
@@ -245,9 +245,7 @@ class Maintainer:
         """Number of keys held in all stores (a proxy for memory)."""
         if self.strategy == "fivm":
             return sum(len(s) for s in self._stores.values())
-        if self.strategy == "first_order":
-            return sum(len(s) for s in self._base.values()) + len(self._result)
-        return sum(int(sum(r.size for r in rows)) for rows in self._base_rows.values())
+        return sum(len(s) for s in self._base.values()) + len(self._result)
 
     def _root_store(self) -> ViewStore:
         if self.strategy == "fivm":
@@ -516,24 +514,18 @@ class Maintainer:
             if self.ring.batch_len(factors[0]):
                 codes, payload = self._aggregate_flat(cols, factors, {})
                 self._result.add(codes, payload)
-            keys = np.column_stack([delta.codes[v] for v in atom.variables])
-            unique, groups = group_rows(keys)
-            self._base_store(atom).add(
-                unique, self.ring.batch_sum_by(self._payload(delta), groups, unique.shape[0])
-            )
+            self._store_base(atom, delta)
+
+    def _store_base(self, atom: Atom, delta: _Rows) -> None:
+        """Apply a delta to the stored base relation of ``atom``."""
+        keys = np.column_stack([delta.codes[v] for v in atom.variables])
+        unique, groups = group_rows(keys)
+        payload = self.ring.batch_sum_by(self._payload(delta), groups, unique.shape[0])
+        self._base_store(atom).add(unique, payload)
 
     def _recompute(self) -> None:
-        stores: dict[str, ViewStore] = {}
-        for atom in self.query.atoms:
-            store = ViewStore(atom.variables, self.ring)
-            for rows in self._base_rows[atom.relation]:
-                delta = self._atom_rows(atom, rows)
-                keys = np.column_stack([delta.codes[v] for v in atom.variables])
-                unique, groups = group_rows(keys)
-                store.add(
-                    unique, self.ring.batch_sum_by(self._payload(delta), groups, unique.shape[0])
-                )
-            stores[atom.name] = store
+        """Evaluate the query from scratch over the current base relations."""
+        stores = {atom.name: self._base_store(atom) for atom in self.query.atoms}
         first, *others = self.query.atoms
         codes, payload = stores[first.name].entries()
         start = _Rows({v: codes[:, j] for j, v in enumerate(first.variables)}, {}, payload)
