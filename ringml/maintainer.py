@@ -41,6 +41,16 @@ class _Rows:
     values: dict[str, np.ndarray]
     payload: object  # a ring batch aligned with the rows; None: ``multiplicity`` times one
     multiplicity: np.ndarray | None = None
+    support: np.ndarray | None = None  # exact derivation counts (Remark 1), when tracked
+
+
+def _group_sum(values: np.ndarray | None, groups: np.ndarray | None, n_groups: int):
+    """Exact per-group sums of int64 derivation counts (None passes through)."""
+    if values is None:
+        return None
+    if groups is None:
+        return np.asarray([int(values.sum())], dtype=np.int64)
+    return np.bincount(groups, weights=values, minlength=n_groups).astype(np.int64)
 
 
 def _categorical(ring: Ring) -> frozenset[str]:
@@ -85,6 +95,9 @@ class Maintainer:
             numeric,
             check_deletes=not allow_absent_deletes,
         )
+        # with checked deletes every multiplicity is >= 0, so a key exists iff it has
+        # derivations: stores count them exactly instead of trusting float payloads
+        self._track_support = not allow_absent_deletes
         self._loading = True
         self._stores: dict[int, ViewStore] = {}
         self._base: dict[str, ViewStore] = {}
@@ -335,7 +348,8 @@ class Maintainer:
             for c, v in zip(columns, atom.variables, strict=True)
             if c in rows.values
         }
-        return _Rows(codes, values, None, rows.multiplicity)
+        support = rows.multiplicity if self._track_support else None
+        return _Rows(codes, values, None, rows.multiplicity, support)
 
     def _payload(self, rows: _Rows):
         """The rows' payloads as a ring batch."""
@@ -379,7 +393,9 @@ class Maintainer:
                 keys = np.column_stack([delta.codes[v] for v in leaf.keys])
                 unique, groups = group_rows(keys)
                 self._stores[id(leaf)].add(
-                    unique, self.ring.batch_sum_by(self._payload(delta), groups, unique.shape[0])
+                    unique,
+                    self.ring.batch_sum_by(self._payload(delta), groups, unique.shape[0]),
+                    _group_sum(delta.support, groups, unique.shape[0]),
                 )
             child = leaf
             for node in self.tree.path(atom.name):
@@ -391,6 +407,7 @@ class Maintainer:
                         if node.keys
                         else np.zeros((self.ring.batch_len(delta.payload), 0), dtype=np.int64),
                         delta.payload,
+                        delta.support,
                     )
                 child = node
 
@@ -446,14 +463,21 @@ class Maintainer:
             factors.insert(
                 0, delta.payload if identity else self.ring.batch_take(delta.payload, rows)
             )
+        support = None
+        if delta.support is not None:
+            support = delta.support if identity else delta.support[rows]
+            for store, slots in sibling_slots:
+                support = support * store.support[slots]
         if node.keys:
             unique, groups = group_rows(np.column_stack([cols[v] for v in node.keys]))
             payload = self.ring.batch_mul_sum(factors, groups, unique.shape[0])
             codes = {v: unique[:, j] for j, v in enumerate(node.keys)}
+            support = _group_sum(support, groups, unique.shape[0])
         else:
             payload = self.ring.batch_mul_sum(factors)
             codes = {}
-        return _Rows(codes, {}, payload)
+            support = _group_sum(support, None, 1)
+        return _Rows(codes, {}, payload, None, support)
 
     # ------------------------------------------------------------------ classic IVM
     def _base_store(self, atom: Atom) -> ViewStore:
@@ -467,8 +491,11 @@ class Maintainer:
         start_atom: Atom,
         others: Sequence[Atom],
         stores: Mapping[str, ViewStore],
-    ) -> tuple[dict[str, np.ndarray], list]:
-        """Join rows with base relations, tuple by tuple (no aggregation pushed past joins)."""
+    ) -> tuple[dict[str, np.ndarray], list, np.ndarray | None]:
+        """Join rows with base relations, tuple by tuple (no aggregation pushed past joins).
+
+        Returns the joined rows' key columns, payload factors and derivation counts.
+        """
         cols = dict(start.codes)
         payload = self._payload(start)
         n = self.ring.batch_len(payload)
@@ -491,17 +518,25 @@ class Maintainer:
             taken = [(s, sl[selected]) for s, sl in taken] + [(store, slots)]
         factors = [self.ring.batch_take(payload, rows)]
         factors += [s.take(sl) for s, sl in taken]
-        return cols, factors
+        support = None
+        if start.support is not None:
+            support = start.support[rows]
+            for s, sl in taken:
+                support = support * s.support[sl]
+        return cols, factors, support
 
     def _aggregate_flat(
-        self, cols: dict[str, np.ndarray], factors: list, values: Mapping[str, np.ndarray]
-    ) -> tuple[np.ndarray, object]:
+        self, cols: dict[str, np.ndarray], factors: list, support: np.ndarray | None
+    ) -> tuple[np.ndarray, object, np.ndarray | None]:
+        """Lift the bound variables of joined rows and sum them by group."""
         n = self.ring.batch_len(factors[0])
-        factors = factors + self._lift_factors(self.query.bound, cols, values, n)
+        factors = factors + self._lift_factors(self.query.bound, cols, {}, n)
         if self.query.free:
             unique, groups = group_rows(np.column_stack([cols[v] for v in self.query.free]))
-            return unique, self.ring.batch_mul_sum(factors, groups, unique.shape[0])
-        return np.zeros((1, 0), dtype=np.int64), self.ring.batch_mul_sum(factors)
+            payload = self.ring.batch_mul_sum(factors, groups, unique.shape[0])
+            return unique, payload, _group_sum(support, groups, unique.shape[0])
+        payload = self.ring.batch_mul_sum(factors)
+        return np.zeros((1, 0), dtype=np.int64), payload, _group_sum(support, None, 1)
 
     def _first_order(self, rows: PreparedRows) -> None:
         if rows.size == 0:
@@ -510,10 +545,9 @@ class Maintainer:
             delta = self._atom_rows(atom, rows)
             others = [a for a in self.query.atoms if a.name != atom.name]
             stores = {a.name: self._base_store(a) for a in others}
-            cols, factors = self._flat_join(delta, atom, others, stores)
+            cols, factors, support = self._flat_join(delta, atom, others, stores)
             if self.ring.batch_len(factors[0]):
-                codes, payload = self._aggregate_flat(cols, factors, {})
-                self._result.add(codes, payload)
+                self._result.add(*self._aggregate_flat(cols, factors, support))
             self._store_base(atom, delta)
 
     def _store_base(self, atom: Atom, delta: _Rows) -> None:
@@ -521,19 +555,27 @@ class Maintainer:
         keys = np.column_stack([delta.codes[v] for v in atom.variables])
         unique, groups = group_rows(keys)
         payload = self.ring.batch_sum_by(self._payload(delta), groups, unique.shape[0])
-        self._base_store(atom).add(unique, payload)
+        self._base_store(atom).add(
+            unique, payload, _group_sum(delta.support, groups, unique.shape[0])
+        )
 
     def _recompute(self) -> None:
         """Evaluate the query from scratch over the current base relations."""
         stores = {atom.name: self._base_store(atom) for atom in self.query.atoms}
         first, *others = self.query.atoms
         codes, payload = stores[first.name].entries()
-        start = _Rows({v: codes[:, j] for j, v in enumerate(first.variables)}, {}, payload)
-        cols, factors = self._flat_join(start, first, others, stores)
+        support = stores[first.name].support[stores[first.name].index.live_slots()]
+        start = _Rows(
+            {v: codes[:, j] for j, v in enumerate(first.variables)},
+            {},
+            payload,
+            None,
+            support if self._track_support else None,
+        )
+        cols, factors, joined_support = self._flat_join(start, first, others, stores)
         result = ViewStore(tuple(self.query.free), self.ring)
         if self.ring.batch_len(factors[0]):
-            keys, aggregated = self._aggregate_flat(cols, factors, {})
-            result.add(keys, aggregated)
+            result.add(*self._aggregate_flat(cols, factors, joined_support))
         self._result = result
 
 

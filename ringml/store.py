@@ -34,6 +34,8 @@ class ViewStore:
         self.ring = ring
         self.index = KeyIndex(max(len(keys), 1))
         self.payload = ring.batch_accumulator(self.index.capacity)
+        # exact number of derivations per slot (F-IVM Remark 1): a key exists while it is > 0
+        self.support = np.zeros(self.index.capacity, dtype=np.int64)
         self._secondary: dict[tuple[int, ...], tuple[KeyIndex, np.ndarray, np.ndarray]] = {}
 
     def __len__(self) -> int:
@@ -58,28 +60,34 @@ class ViewStore:
         codes = self.index.keys[slots][:, : len(self.keys)]
         return codes, self.take(slots)
 
-    def add(self, codes: np.ndarray, payload) -> None:
-        """Accumulate payloads at *unique* keys; drop keys whose payload became zero."""
+    def add(self, codes: np.ndarray, payload, support: np.ndarray | None = None) -> None:
+        """Accumulate payloads at *unique* keys and drop the keys that vanished.
+
+        With ``support`` (the exact derivation counts of the delta) a key vanishes when its
+        count reaches 0, and its payload is reset to exactly zero, whatever rounding residue
+        it held; without it, when its payload is zero up to rounding.
+        """
         if codes.shape[0] == 0:
             return
         slots, new = self.index.get_or_insert(self._codes(codes))
         if self.index.capacity > self.ring.batch_len(self.payload):
             self.payload = self.ring.batch_resize(self.payload, self.index.capacity)
+            grown = np.zeros(self.index.capacity, dtype=np.int64)
+            grown[: self.support.size] = self.support
+            self.support = grown
         self.payload = self.ring.batch_scatter_add(self.payload, slots, payload)
-        zero = self.ring.batch_is_negligible(self.ring.batch_take(self.payload, slots))
+        if support is not None:
+            self.support[slots] += support
+            zero = self.support[slots] == 0
+        else:
+            zero = self.ring.batch_is_negligible(self.ring.batch_take(self.payload, slots))
         if zero.any():
             dead = slots[zero]
             self.payload = self.ring.batch_clear(self.payload, dead)
+            self.support[dead] = 0
             self.index.remove(dead)
         if new.any() or zero.any():
             self._secondary.clear()
-
-    def replace(self, codes: np.ndarray, payload) -> None:
-        """Set the content to exactly these entries (used by full evaluation)."""
-        self.index = KeyIndex(max(len(self.keys), 1), max(codes.shape[0], 4))
-        self.payload = self.ring.batch_accumulator(self.index.capacity)
-        self._secondary.clear()
-        self.add(codes, payload)
 
     def matches(
         self, positions: tuple[int, ...], probe: np.ndarray

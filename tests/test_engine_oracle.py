@@ -331,7 +331,9 @@ def scalar_oracle(query, joined, lifted, real: bool):
         for v in lifted:
             value = value * rows[v].to_numpy()
         total = float(value.sum()) if real else int(value.sum())
-        if total != 0:
+        # a group exists while it has derivations, even when its sum is 0 (F-IVM Remark 1);
+        # without free variables the result is the one payload, compared as a value
+        if query.free or total != 0:
             out[key] = total
     return out
 
@@ -517,19 +519,13 @@ def test_housing_covariance_through_a_stream_with_deletes():
 
 
 # ------------------------------------------------------------------------------ float residue
-GHOST_REASON = (
-    "known engine bug: a group whose tuples are all deleted keeps a payload of float rounding "
-    "residue (|x| ~ 1e-8 for values ~ 1e6) above the rings' absolute zero tolerance, so it "
-    "stays stored and enumerated; the fix is the parallel ℤ derivation count of notes §8.1 "
-    "Remark 1 (existence by count ≠ 0), which the engine does not keep yet"
-)
 
 
 @pytest.mark.parametrize(
     "strategy",
     [
-        pytest.param("fivm", marks=pytest.mark.xfail(strict=True, reason=GHOST_REASON)),
-        pytest.param("first_order", marks=pytest.mark.xfail(strict=True, reason=GHOST_REASON)),
+        "fivm",
+        "first_order",
         "recompute",
     ],
 )
