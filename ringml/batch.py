@@ -258,6 +258,11 @@ class BatchPreparer:
         if self.counts is not None and prepared.tuple_ids is not None:
             self.counts[prepared.relation].apply(prepared.tuple_ids, prepared.tuple_delta)
 
+    def uncommit(self, prepared: PreparedRows) -> None:
+        """Take back :meth:`commit` (the batch was rejected after all)."""
+        if self.counts is not None and prepared.tuple_ids is not None:
+            self.counts[prepared.relation].apply(prepared.tuple_ids, -prepared.tuple_delta)
+
     def _numbers(self, relation: str, column: str, data: np.ndarray) -> np.ndarray:
         if data.dtype.kind not in "iufb":
             converted = pd.to_numeric(pd.Series(data), errors="coerce")

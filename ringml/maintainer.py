@@ -99,15 +99,16 @@ class Maintainer:
         # derivations: stores count them exactly instead of trusting float payloads
         self._track_support = not allow_absent_deletes
         self._loading = True
+        self._journal: list = []  # additions of the batch being applied, to undo on failure
         self._stores: dict[int, ViewStore] = {}
         self._base: dict[str, ViewStore] = {}
         self._root_payload = None
         if strategy == "fivm":  # while loading, every view a delta may probe is kept
             for node in self.tree.nodes():
                 if isinstance(node, ViewNode) or _has_siblings(node):
-                    self._stores[id(node)] = ViewStore(node.keys, self.ring)
+                    self._stores[id(node)] = ViewStore(node.keys, self.ring, self._journal)
         else:
-            self._result = ViewStore(tuple(query.free), self.ring)
+            self._result = ViewStore(tuple(query.free), self.ring, self._journal)
         self.batches_applied = 0
         self.tuples_applied = 0
 
@@ -150,18 +151,35 @@ class Maintainer:
 
     def _apply(self, batches: Sequence[UpdateBatch], loading: bool) -> None:
         prepared = self._prepare_all(batches)
-        for rows in prepared:
-            self._preparer.commit(rows)
-            if self.strategy == "fivm":
-                self._propagate(rows)
-            elif self.strategy == "first_order":
-                self._first_order(rows)
-            else:
-                for atom in self.query.atoms_of(rows.relation):
-                    self._store_base(atom, self._atom_rows(atom, rows))
-            self.tuples_applied += rows.size
-        if self.strategy == "recompute" and prepared:
-            self._recompute()
+        committed: list[PreparedRows] = []
+        self._journal.clear()
+        try:
+            for rows in prepared:
+                self._preparer.commit(rows)
+                committed.append(rows)
+                if self.strategy == "fivm":
+                    self._propagate(rows)
+                elif self.strategy == "first_order":
+                    self._first_order(rows)
+                else:
+                    for atom in self.query.atoms_of(rows.relation):
+                        self._store_base(atom, self._atom_rows(atom, rows))
+            if self.strategy == "recompute" and prepared:
+                self._recompute()
+        except RingError as error:  # e.g. an int64 overflow deep in a view: undo everything
+            for store, codes, payload, support in reversed(self._journal):
+                store.undo(codes, payload, support)
+            for rows in committed:
+                self._preparer.uncommit(rows)
+            relation = committed[-1].relation if committed else None
+            raise BatchError(
+                f"relation {relation!r}: the batch was rejected while maintaining the views "
+                f"({error}); no view changed",
+                relation,
+            ) from None
+        finally:
+            self._journal.clear()
+        self.tuples_applied += sum(rows.size for rows in prepared)
         self.batches_applied += 1
 
     def _prepare_all(self, batches: Sequence[UpdateBatch]) -> list[PreparedRows]:
@@ -482,7 +500,7 @@ class Maintainer:
     # ------------------------------------------------------------------ classic IVM
     def _base_store(self, atom: Atom) -> ViewStore:
         if atom.name not in self._base:
-            self._base[atom.name] = ViewStore(atom.variables, self.ring)
+            self._base[atom.name] = ViewStore(atom.variables, self.ring, self._journal)
         return self._base[atom.name]
 
     def _flat_join(

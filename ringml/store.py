@@ -29,8 +29,10 @@ def group_rows(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class ViewStore:
     """A keyed relation over a ring (a materialized view or a stored base relation)."""
 
-    def __init__(self, keys: tuple[str, ...], ring: Ring) -> None:
+    def __init__(self, keys: tuple[str, ...], ring: Ring, journal: list | None = None) -> None:
+        """``journal``: where every addition is recorded so that it can be undone."""
         self.keys = keys
+        self.journal = journal
         self.ring = ring
         self.index = KeyIndex(max(len(keys), 1))
         self.payload = ring.batch_accumulator(self.index.capacity)
@@ -76,6 +78,8 @@ class ViewStore:
             grown[: self.support.size] = self.support
             self.support = grown
         self.payload = self.ring.batch_scatter_add(self.payload, slots, payload)
+        if self.journal is not None:
+            self.journal.append((self, codes, payload, support))
         if support is not None:
             self.support[slots] += support
             zero = self.support[slots] == 0
@@ -88,6 +92,14 @@ class ViewStore:
             self.index.remove(dead)
         if new.any() or zero.any():
             self._secondary.clear()
+
+    def undo(self, codes: np.ndarray, payload, support: np.ndarray | None) -> None:
+        """Take back an addition recorded in the journal."""
+        journal, self.journal = self.journal, None
+        try:
+            self.add(codes, self.ring.batch_neg(payload), None if support is None else -support)
+        finally:
+            self.journal = journal
 
     def matches(
         self, positions: tuple[int, ...], probe: np.ndarray
