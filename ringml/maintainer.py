@@ -429,32 +429,32 @@ class Maintainer:
                     )
                 child = node
 
-    def _step(self, node: ViewNode, child, delta: _Rows) -> _Rows:
-        """``δV = ⊕_marginalized (δchild ⊗ siblings ⊗ lifts)``, grouped by V's keys."""
-        n = (
-            delta.multiplicity.shape[0]
-            if delta.payload is None
-            else self.ring.batch_len(delta.payload)
-        )
-        cols = dict(delta.codes)
+    def _join(
+        self,
+        cols: dict[str, np.ndarray],
+        n: int,
+        members: Sequence[tuple[ViewStore, tuple[str, ...]]],
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], list[tuple[ViewStore, np.ndarray]]]:
+        """Join ``n`` rows (key columns ``cols``) with stored relations, one after the other.
+
+        Returns the joined rows' index into the input rows, their key columns, and for every
+        member the slots of its matching entries.
+        """
         rows = np.arange(n)
         sibling_slots: list[tuple[ViewStore, np.ndarray]] = []
-        for sibling in node.children:
-            if sibling is child:
-                continue
-            store = self._stores[id(sibling)]
-            known = [v for v in sibling.keys if v in cols]
+        for store, keys in members:
+            known = [v for v in keys if v in cols]
             probe = (
                 np.column_stack([cols[v] for v in known])
                 if known
                 else np.zeros((rows.size, 0), dtype=np.int64)
             )
-            if len(known) == len(sibling.keys):
+            if len(known) == len(keys):
                 slots = store.lookup(probe)
                 selected = np.flatnonzero(slots >= 0)
                 slots = slots[selected]
             elif known:
-                positions = tuple(sibling.keys.index(v) for v in known)
+                positions = tuple(keys.index(v) for v in known)
                 selected, slots = store.matches(positions, probe)
             else:  # no shared variable: every stored entry pairs with every row
                 live = store.index.live_slots()
@@ -464,10 +464,21 @@ class Maintainer:
                 rows = rows[selected]
                 cols = {v: c[selected] for v, c in cols.items()}
                 sibling_slots = [(s, sl[selected]) for s, sl in sibling_slots]
-            for j, v in enumerate(sibling.keys):
+            for j, v in enumerate(keys):
                 if v not in cols:
                     cols[v] = store.index.keys[slots, j]
             sibling_slots.append((store, slots))
+        return rows, cols, sibling_slots
+
+    def _step(self, node: ViewNode, child, delta: _Rows) -> _Rows:
+        """``δV = ⊕_marginalized (δchild ⊗ siblings ⊗ lifts)``, grouped by V's keys."""
+        n = (
+            delta.multiplicity.shape[0]
+            if delta.payload is None
+            else self.ring.batch_len(delta.payload)
+        )
+        siblings = [(self._stores[id(c)], c.keys) for c in node.children if c is not child]
+        rows, cols, sibling_slots = self._join(dict(delta.codes), n, siblings)
         values = {v: delta.values[v][rows] for v in node.marginalized if v in delta.values}
         identity = rows.size == n and np.array_equal(rows, np.arange(n))
         factors = [store.take(slots) for store, slots in sibling_slots]
@@ -514,26 +525,17 @@ class Maintainer:
 
         Returns the joined rows' key columns, payload factors and derivation counts.
         """
-        cols = dict(start.codes)
         payload = self._payload(start)
-        n = self.ring.batch_len(payload)
-        taken: list[tuple[ViewStore, np.ndarray]] = []
-        rows = np.arange(n)
+        ordered: list[Atom] = []
+        bound_vars = set(start.codes)
         remaining = list(others)
-        while remaining:
-            atom = next((a for a in remaining if set(a.variables) & set(cols)), remaining[0])
+        while remaining:  # join atoms connected to what is joined so far first
+            atom = next((a for a in remaining if set(a.variables) & bound_vars), remaining[0])
             remaining.remove(atom)
-            store = stores[atom.name]
-            known = [v for v in atom.variables if v in cols]
-            positions = tuple(atom.variables.index(v) for v in known)
-            probe = np.column_stack([cols[v] for v in known])
-            selected, slots = store.matches(positions, probe)
-            rows = rows[selected]
-            cols = {v: c[selected] for v, c in cols.items()}
-            for j, v in enumerate(atom.variables):
-                if v not in cols:
-                    cols[v] = store.index.keys[slots, j]
-            taken = [(s, sl[selected]) for s, sl in taken] + [(store, slots)]
+            ordered.append(atom)
+            bound_vars |= set(atom.variables)
+        members = [(stores[a.name], a.variables) for a in ordered]
+        rows, cols, taken = self._join(dict(start.codes), self.ring.batch_len(payload), members)
         factors = [self.ring.batch_take(payload, rows)]
         factors += [s.take(sl) for s, sl in taken]
         support = None
