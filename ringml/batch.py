@@ -230,14 +230,7 @@ class BatchPreparer:
             mask = np.asarray(self.query.filters[relation](frame), dtype=bool)
             frame, signs = frame[mask], signs[mask]
         prepared = PreparedRows(relation, len(frame), multiplicity=signs)
-        for column in columns:
-            data = frame[column].to_numpy()
-            if column in self.numeric[relation]:
-                prepared.values[column] = self._numbers(relation, column, data)
-            if column in self.encoded[relation]:
-                prepared.codes[column] = self._encode(relation, column, data)
-            elif column not in self.numeric[relation]:
-                self._check_values(relation, column, data)
+        self._convert(relation, frame, columns, prepared)
         if self.counts is not None and len(frame):
             counts = self.counts[relation]
             unique, net, violating = counts.check(TupleCounts.fingerprints(frame), signs, earlier)
@@ -252,6 +245,29 @@ class BatchPreparer:
                 )
             prepared.tuple_ids, prepared.tuple_delta = unique, net
         return prepared
+
+    def prepare_factor(self, relation: str, frame: pd.DataFrame) -> PreparedRows:
+        """Validate and encode one factor of a factorized update: rows over some columns."""
+        if relation in self.query.filters:
+            raise BatchError(
+                f"relation {relation!r} has a filter; give its update as rows, not as factors",
+                relation,
+            )
+        columns = [c for c in frame.columns]
+        prepared = PreparedRows(relation, len(frame), multiplicity=np.ones(len(frame), np.int64))
+        self._convert(relation, frame, columns, prepared)
+        return prepared
+
+    def _convert(self, relation: str, frame: pd.DataFrame, columns, prepared: PreparedRows) -> None:
+        """Codes for the encoded columns, floats for the lifted ones, checks for the others."""
+        for column in columns:
+            data = frame[column].to_numpy()
+            if column in self.numeric[relation]:
+                prepared.values[column] = self._numbers(relation, column, data)
+            if column in self.encoded[relation]:
+                prepared.codes[column] = self._encode(relation, column, data)
+            elif column not in self.numeric[relation]:
+                self._check_values(relation, column, data)
 
     def commit(self, prepared: PreparedRows) -> None:
         """Record the batch's tuples as applied."""

@@ -139,15 +139,23 @@ class Maintainer:
         """Apply batches (any relations, any interleaving) atomically: all or none."""
         if isinstance(batches, UpdateBatch):
             batches = [batches]
-        for batch in batches:
-            if batch.relation in self.query.relations and batch.relation not in self.updatable:
-                raise BatchError(
-                    f"relation {batch.relation!r} is static; declare it updatable to change it",
-                    batch.relation,
-                )
+        self._check_updatable([batch.relation for batch in batches])
         if self._loading:
             self._finish_loading()
         self._apply(batches, loading=False)
+
+    def _check_updatable(self, relations: Iterable[str]) -> None:
+        for relation in relations:
+            if relation not in self.query.relations:
+                raise BatchError(
+                    f"unknown relation {relation!r}; the query has {sorted(self.query.relations)}",
+                    relation,
+                )
+            if relation not in self.updatable:
+                raise BatchError(
+                    f"relation {relation!r} is static; declare it updatable to change it",
+                    relation,
+                )
 
     def _apply(self, batches: Sequence[UpdateBatch], loading: bool) -> None:
         prepared = self._prepare_all(batches)
@@ -508,6 +516,241 @@ class Maintainer:
             support = _group_sum(support, None, 1)
         return _Rows(codes, {}, payload, None, support)
 
+    # ------------------------------------------------------------------ factorized updates
+    def apply_factorized(
+        self, relation: str, factors: Sequence[pd.DataFrame], multiplicity: int = 1
+    ) -> None:
+        """Apply ``δR = multiplicity · (F1 ⊗ F2 ⊗ ...)`` without expanding the product (§7).
+
+        Each factor is a DataFrame over some of ``relation``'s columns; the factors' columns
+        are disjoint and together cover the relation.  F-IVM pushes each marginalization past
+        the product, so the cost follows the factors' sizes, not the product's; a
+        materialized view on the path receives the product of the factors over its own keys
+        only.  With absent deletes checked, the expanded tuples are still fingerprinted for
+        the bookkeeping; ``allow_absent_deletes=True`` skips even that.
+        """
+        self._check_updatable([relation])
+        columns = self.query.relations.get(relation, ())
+        seen: list[str] = []
+        for frame in factors:
+            seen += list(frame.columns)
+        if sorted(seen) != sorted(columns) or len(seen) != len(set(seen)):
+            raise BatchError(
+                f"relation {relation!r}: the factors' columns {seen} must be disjoint and cover "
+                f"the relation's columns {list(columns)}",
+                relation,
+            )
+        if int(multiplicity) != multiplicity or multiplicity == 0:
+            raise BatchError(f"relation {relation!r}: multiplicity must be a non-zero integer")
+        if self._loading:
+            self._finish_loading()
+        if self.strategy != "fivm" or any(len(f) == 0 for f in factors):
+            expanded = _cross_product(factors)[list(columns)]
+            mult = np.full(len(expanded), int(multiplicity), dtype=np.int64)
+            if len(expanded):
+                self._apply([UpdateBatch(relation, expanded, mult)], loading=False)
+            return
+        prepared = [self._preparer.prepare_factor(relation, f) for f in factors]
+        for rows in prepared:
+            self._check_lifts(rows)
+        bookkeeping = None
+        if self._preparer.counts is not None:
+            expanded = _cross_product(factors)[list(columns)]
+            bookkeeping = self._preparer.prepare(
+                UpdateBatch(relation, expanded, np.full(len(expanded), int(multiplicity)))
+            )
+        self._journal.clear()
+        try:
+            if bookkeeping is not None:
+                self._preparer.commit(bookkeeping)
+            for atom in self.query.atoms_of(relation):
+                self._propagate_factorized(atom, prepared, int(multiplicity))
+        except RingError as error:
+            for store, codes, payload, support in reversed(self._journal):
+                store.undo(codes, payload, support)
+            if bookkeeping is not None:
+                self._preparer.uncommit(bookkeeping)
+            raise BatchError(
+                f"relation {relation!r}: the update was rejected while maintaining the views "
+                f"({error}); no view changed",
+                relation,
+            ) from None
+        finally:
+            self._journal.clear()
+        self.tuples_applied += int(np.prod([len(f) for f in factors]))
+        self.batches_applied += 1
+
+    def _propagate_factorized(
+        self, atom: Atom, prepared: Sequence[PreparedRows], multiplicity: int
+    ) -> None:
+        factors = []
+        for i, rows in enumerate(prepared):
+            f = self._atom_rows_partial(atom, rows)
+            if i == 0:
+                f.multiplicity = f.multiplicity * multiplicity
+                if f.support is not None:
+                    f.support = f.support * multiplicity
+            factors.append(f)
+        leaf = self.tree.leaf(atom.name)
+        if id(leaf) in self._stores:
+            self._add_product(self._stores[id(leaf)], leaf.keys, factors)
+        child = leaf
+        for node in self.tree.path(atom.name):
+            factors = self._factorized_step(node, child, factors)
+            store = self._stores.get(id(node))
+            if store is not None:
+                self._add_product(store, node.keys, factors)
+            child = node
+
+    def _atom_rows_partial(self, atom: Atom, rows: PreparedRows) -> _Rows:
+        """A factor's rows under the atom's variable names."""
+        columns = self.query.relations[atom.relation]
+        rename = dict(zip(columns, atom.variables, strict=True))
+        codes = {rename[c]: a for c, a in rows.codes.items()}
+        values = {rename[c]: a for c, a in rows.values.items()}
+        support = rows.multiplicity.copy() if self._track_support else None
+        return _Rows(codes, values, None, rows.multiplicity.copy(), support)
+
+    def _factorized_step(self, node: ViewNode, child, factors: list[_Rows]) -> list[_Rows]:
+        """``δV = ⊕_M (F1 ⊗ ... ⊗ siblings ⊗ lifts)`` with ⊕ pushed into each component."""
+        marginalized = set(node.marginalized)
+        siblings = [(self._stores[id(c)], c.keys) for c in node.children if c is not child]
+        sibling_vars = set().union(*(set(k) for _, k in siblings)) if siblings else set()
+        # 1. sum out, inside a factor, the marginalized variables no one else has
+        local_factors = []
+        for f in factors:
+            variables = set(f.codes) | set(f.values)
+            local = [v for v in variables if v in marginalized and v not in sibling_vars]
+            if local:
+                keep = tuple(v for v in f.codes if v not in local)
+                f = self._aggregate_rows(f, local, keep)
+            local_factors.append(f)
+        # 2. connected components of factors and siblings over shared variables
+        members: list[tuple[str, object, set[str]]] = [
+            ("factor", f, set(f.codes)) for f in local_factors
+        ] + [("store", m, set(m[1])) for m in siblings]
+        components = _components([vars_ for _, _, vars_ in members])
+        out = []
+        for component in components:
+            parts = [members[i] for i in component]
+            factor_parts = [p[1] for p in parts if p[0] == "factor"]
+            stores = [p[1] for p in parts if p[0] == "store"]
+            if factor_parts:
+                start, others = factor_parts[0], factor_parts[1:]
+            else:  # a sibling no factor touches: its own content, summed
+                store, keys = stores.pop(0)
+                codes, payload = store.entries()
+                support = store.support[store.index.live_slots()]
+                start = _Rows(
+                    {v: codes[:, j] for j, v in enumerate(keys)},
+                    {},
+                    payload,
+                    None,
+                    support if self._track_support else None,
+                )
+                others = []
+            stores += [(self._temporary_store(f), tuple(f.codes)) for f in others]
+            n = (
+                start.multiplicity.shape[0]
+                if start.payload is None
+                else self.ring.batch_len(start.payload)
+            )
+            rows, cols, slots = self._join(dict(start.codes), n, stores)
+            variables = set(cols)
+            lifted = [v for v in node.marginalized if v in variables]
+            keys = tuple(v for v in node.keys if v in variables)
+            joined = _Rows(
+                cols,
+                {},
+                None if start.payload is None else self.ring.batch_take(start.payload, rows),
+                None,
+                None,
+            )
+            factors_ = [store.take(sl) for store, sl in slots]
+            factors_ += self._lift_factors(lifted, cols, {}, rows.size)
+            if start.payload is None:
+                if not factors_:
+                    factors_ = [self.ring.batch_ones(rows.size)]
+                factors_[0] = self.ring.batch_scale(factors_[0], start.multiplicity[rows])
+            else:
+                factors_.insert(0, joined.payload)
+            support = None
+            if start.support is not None:
+                support = start.support[rows]
+                for store, sl in slots:
+                    support = support * store.support[sl]
+            out.append(self._group(cols, keys, factors_, support))
+        return out
+
+    def _aggregate_rows(self, f: _Rows, summed: Sequence[str], keep: tuple[str, ...]) -> _Rows:
+        """Lift ``summed`` variables of a factor and sum them out, grouping by ``keep``."""
+        n = f.multiplicity.shape[0] if f.payload is None else self.ring.batch_len(f.payload)
+        lifts = self._lift_factors(summed, f.codes, f.values, n)
+        if f.payload is None:
+            lifts = lifts or [self.ring.batch_ones(n)]
+            lifts[0] = self.ring.batch_scale(lifts[0], f.multiplicity)
+        else:
+            lifts.insert(0, f.payload)
+        return self._group({v: f.codes[v] for v in keep}, keep, lifts, f.support)
+
+    def _group(self, cols, keys: tuple[str, ...], factors: list, support) -> _Rows:
+        """``⊕`` of the product of ``factors`` grouped by ``keys``."""
+        if keys:
+            unique, groups = group_rows(np.column_stack([cols[v] for v in keys]))
+            payload = self.ring.batch_mul_sum(factors, groups, unique.shape[0])
+            return _Rows(
+                {v: unique[:, j] for j, v in enumerate(keys)},
+                {},
+                payload,
+                None,
+                _group_sum(support, groups, unique.shape[0]),
+            )
+        return _Rows({}, {}, self.ring.batch_mul_sum(factors), None, _group_sum(support, None, 1))
+
+    def _temporary_store(self, f: _Rows) -> ViewStore:
+        keys = tuple(f.codes)
+        store = ViewStore(keys, self.ring)
+        if keys:
+            unique, groups = group_rows(np.column_stack([f.codes[v] for v in keys]))
+        else:
+            unique = np.zeros((1, 0), dtype=np.int64)
+            groups = np.zeros(self.ring.batch_len(self._payload(f)), dtype=np.int64)
+        store.add(
+            unique,
+            self.ring.batch_sum_by(self._payload(f), groups, unique.shape[0]),
+            _group_sum(f.support, groups, unique.shape[0]),
+        )
+        return store
+
+    def _add_product(self, store: ViewStore, keys: tuple[str, ...], factors: list[_Rows]) -> None:
+        """Add the product of factors to a materialized view (expanded over its keys only)."""
+        sizes = [
+            f.multiplicity.shape[0] if f.payload is None else self.ring.batch_len(f.payload)
+            for f in factors
+        ]
+        total = int(np.prod(sizes)) if sizes else 0
+        if total == 0:
+            return
+        index = np.indices(sizes).reshape(len(sizes), -1)
+        payload = None
+        support = None
+        cols: dict[str, np.ndarray] = {}
+        for f, idx in zip(factors, index, strict=True):
+            p = self.ring.batch_take(self._payload(f), idx)
+            payload = p if payload is None else self.ring.batch_mul(payload, p)
+            if f.support is not None:
+                support = f.support[idx] if support is None else support * f.support[idx]
+            cols.update({v: c[idx] for v, c in f.codes.items()})
+        if keys:
+            unique, groups = group_rows(np.column_stack([cols[v] for v in keys]))
+        else:
+            unique, groups = np.zeros((1, 0), dtype=np.int64), np.zeros(total, dtype=np.int64)
+        store.add(
+            unique,
+            self.ring.batch_sum_by(payload, groups, unique.shape[0]),
+            _group_sum(support, groups, unique.shape[0]),
+        )
+
     # ------------------------------------------------------------------ classic IVM
     def _base_store(self, atom: Atom) -> ViewStore:
         if atom.name not in self._base:
@@ -597,6 +840,34 @@ class Maintainer:
         if self.ring.batch_len(factors[0]):
             result.add(*self._aggregate_flat(cols, factors, joined_support))
         self._result = result
+
+
+def _components(variable_sets: Sequence[set[str]]) -> list[list[int]]:
+    """Connected components of members that share variables."""
+    parent = list(range(len(variable_sets)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, a in enumerate(variable_sets):
+        for j in range(i):
+            if a & variable_sets[j]:
+                parent[find(i)] = find(j)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(variable_sets)):
+        groups.setdefault(find(i), []).append(i)
+    return sorted(groups.values())
+
+
+def _cross_product(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """The Cartesian product of DataFrames over disjoint columns."""
+    result = frames[0].reset_index(drop=True)
+    for frame in frames[1:]:
+        result = result.merge(frame.reset_index(drop=True), how="cross")
+    return result
 
 
 def _has_siblings(node: ViewNode | AtomLeaf) -> bool:
