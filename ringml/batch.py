@@ -99,23 +99,22 @@ class TupleCounts:
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []
 
     @staticmethod
-    def fingerprints(frame: pd.DataFrame) -> np.ndarray:
-        """A 64-bit hash of every row; numbers hash by value (``1 == 1.0``)."""
-        columns = []
-        for c in frame.columns:
-            data = frame[c].to_numpy()
+    def fingerprints(columns: Sequence[np.ndarray]) -> np.ndarray:
+        """A 64-bit hash of every row of these columns; numbers hash by value (``1 == 1.0``)."""
+        hashed = []
+        for data in columns:
             if data.dtype.kind in "iufb":
                 bits = (data.astype(np.float64) + 0.0).view(np.int64)
                 if data.dtype.kind == "i":
                     bits = _exact_big(bits, data)
-                columns.append(bits)
+                hashed.append(bits)
             else:
                 keys = _value_keys(data)[0]
                 ints = keys[:, 0] == _INT  # numbers in object columns hash like numeric ones
                 as_float = (keys[ints, 1].astype(np.float64) + 0.0).view(np.int64)
                 keys[ints, 1] = _exact_big(as_float, keys[ints, 1])
-                columns.append(keys[:, 1])
-        return hash_rows(np.column_stack(columns)).view(np.int64)
+                hashed.append(keys[:, 1])
+        return hash_rows(np.column_stack(hashed)).view(np.int64)
 
     def current(self, unique: np.ndarray) -> np.ndarray:
         """Stored multiplicity of each fingerprint (0 when absent)."""
@@ -230,10 +229,11 @@ class BatchPreparer:
             mask = np.asarray(self.query.filters[relation](frame), dtype=bool)
             frame, signs = frame[mask], signs[mask]
         prepared = PreparedRows(relation, len(frame), multiplicity=signs)
-        self._convert(relation, frame, columns, prepared)
+        arrays = [frame[c].to_numpy() for c in columns]
+        self._convert(relation, dict(zip(columns, arrays, strict=True)), prepared)
         if self.counts is not None and len(frame):
             counts = self.counts[relation]
-            unique, net, violating = counts.check(TupleCounts.fingerprints(frame), signs, earlier)
+            unique, net, violating = counts.check(TupleCounts.fingerprints(arrays), signs, earlier)
             if violating >= 0:
                 row = frame.iloc[violating].to_dict()
                 raise BatchError(
@@ -253,15 +253,15 @@ class BatchPreparer:
                 f"relation {relation!r} has a filter; give its update as rows, not as factors",
                 relation,
             )
-        columns = [c for c in frame.columns]
         prepared = PreparedRows(relation, len(frame), multiplicity=np.ones(len(frame), np.int64))
-        self._convert(relation, frame, columns, prepared)
+        self._convert(relation, {c: frame[c].to_numpy() for c in frame.columns}, prepared)
         return prepared
 
-    def _convert(self, relation: str, frame: pd.DataFrame, columns, prepared: PreparedRows) -> None:
+    def _convert(
+        self, relation: str, arrays: Mapping[str, np.ndarray], prepared: PreparedRows
+    ) -> None:
         """Codes for the encoded columns, floats for the lifted ones, checks for the others."""
-        for column in columns:
-            data = frame[column].to_numpy()
+        for column, data in arrays.items():
             if column in self.numeric[relation]:
                 prepared.values[column] = self._numbers(relation, column, data)
             if column in self.encoded[relation]:

@@ -1003,6 +1003,9 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
     def check_lift(self, variable: str, values: np.ndarray) -> None:
         """Unknown variables, non-numbers, NaN and infinities raise :class:`RingError`."""
         self.index_of(variable)
+        values = np.asarray(values)
+        if values.dtype.kind == "f" and values.ndim == 1 and np.isfinite(values).all():
+            return
         self._column(variable, values)
 
     def _column(self, variable: str, values: Any) -> np.ndarray:
@@ -1080,11 +1083,16 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
                 f"lift_block of {k} variables needs an (n, {k}) array, got {columns.shape}"
             )
         n = columns.shape[0]
-        x = np.empty((n, k))
-        for p, v in enumerate(variables):  # validate every column before fixing any shift
-            x[:, p] = self._column(v, columns[:, p])
-        for p, j in enumerate(block):
-            x[:, p] = self._shifted(j, x[:, p])
+        x = columns.astype(np.float64) if columns.dtype.kind in "biuf" else None
+        if x is None or not np.isfinite(x).all():
+            x = np.empty((n, k))
+            for p, v in enumerate(variables):  # validate every column, naming the bad value
+                x[:, p] = self._column(v, columns[:, p])
+        if n and np.isnan(self._shifts[list(block)]).any():
+            for p, j in enumerate(block):  # fix the shifts still open from this batch
+                if math.isnan(self._shifts[j]):
+                    self._shifted(j, x[:, p])
+        x = x - self._shifts[list(block)]
         i, jj = _triu(k)
         return self._batch(block, np.ones(n, np.int64), x, x[:, i] * x[:, jj])
 
