@@ -23,7 +23,9 @@ import pandas as pd
 
 from .batch import BatchPreparer, PreparedRows, UpdateBatch
 from .encoding import Dictionary
+from .enumeration import enumerate_nu
 from .errors import BatchError, SchemaError
+from .nu_tree import NuTree, build_nu, nu_order
 from .query import Atom, Query
 from .rings.base import Ring, RingError
 from .store import ViewStore, group_rows
@@ -63,6 +65,9 @@ class Maintainer:
     ``updatable`` names the relations that change (default: all); the others are static and
     loaded once with :meth:`load`.  ``order`` is a :class:`VariableOrder`, its text format, a
     nested mapping, or one of ``"auto"`` (default), ``"canonical"``, ``"free_connex"``.
+    ``tree="nu"`` builds ν (F-IVM §8.1) instead of τ: grouped results stay factorized over
+    H/V views (linear in the database for free-connex queries) and are enumerated with
+    constant delay; its default order is canonical (q-hierarchical) or free-connex.
     """
 
     def __init__(
@@ -72,9 +77,12 @@ class Maintainer:
         order: VariableOrder | str | Mapping | None = None,
         strategy: str = "fivm",
         allow_absent_deletes: bool = False,
+        tree: str = "tau",
     ) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; choose one of {STRATEGIES}")
+        if tree not in ("tau", "nu"):
+            raise ValueError(f"unknown view tree {tree!r}; choose 'tau' or 'nu'")
         self.query = query
         self.ring = query.ring
         self.strategy = strategy
@@ -82,8 +90,10 @@ class Maintainer:
         unknown = self.updatable - set(query.relations)
         if unknown:
             raise SchemaError(f"updatable relations {sorted(unknown)} are not in the query")
-        self.order = _resolve_order(query, order)
-        self.tree = ViewTree.build(query, self.order, self.updatable)
+        nu = tree == "nu"  # ν (F-IVM §8.1): the grouped result kept factorized, enumerated
+        default = order is None or (isinstance(order, str) and order == "auto")
+        self.order = nu_order(query) if nu and default else _resolve_order(query, order)
+        self.tree = (build_nu if nu else ViewTree.build)(query, self.order, self.updatable)
         self._categorical = _categorical(self.ring)
         self._lifted = set(self.ring.lifted_variables)
         self._dictionaries = self._make_dictionaries()
@@ -105,7 +115,7 @@ class Maintainer:
         self._root_payload = None
         if strategy == "fivm":  # while loading, every view a delta may probe is kept
             for node in self.tree.nodes():
-                if isinstance(node, ViewNode) or _has_siblings(node):
+                if isinstance(node, ViewNode) or _has_siblings(node) or node.materialized:
                     self._stores[id(node)] = ViewStore(node.keys, self.ring, self._journal)
         else:
             self._result = ViewStore(tuple(query.free), self.ring, self._journal)
@@ -246,6 +256,15 @@ class Maintainer:
 
     def enumerate(self) -> Iterator[tuple[tuple, object]]:
         """Yield ``(group values, payload)`` for every group of a grouped result."""
+        if self.strategy == "fivm" and isinstance(self.tree, NuTree) and self.query.free:
+            yield from enumerate_nu(
+                self.tree,
+                lambda node: self._stores[id(node)],
+                self._dictionaries,
+                self.ring,
+                self._track_support,
+            )
+            return
         store = self._root_store()
         codes, payload = store.entries()
         positions = [store.keys.index(v) for v in self.query.free]
