@@ -299,6 +299,12 @@ class Maintainer:
                 }
         raise KeyError(f"no view named {name!r}")
 
+    def decode(self, variable: str, codes) -> np.ndarray:
+        """The values of ``variable`` behind integer codes (e.g. category keys of payloads)."""
+        if variable not in self._dictionaries:
+            raise KeyError(f"unknown variable {variable!r}")
+        return self._dictionaries[variable].decode(np.asarray(codes, dtype=np.int64))
+
     def stored_entries(self) -> int:
         """Number of keys held in all stores (a proxy for memory)."""
         if self.strategy == "fivm":

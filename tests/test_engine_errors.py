@@ -286,3 +286,19 @@ def test_ring_overflow_during_propagation_changes_nothing(strategy):
         m.delete("R", pd.DataFrame({"A": [1, 1], "B": [2**59, 2**59]}))
     m.insert("S", pd.DataFrame({"A": [2], "C": [0]}))  # joins nothing
     assert m.result() == 2**62
+
+
+def test_decode_maps_category_codes_back_to_values():
+    from ringml import covariance_query
+
+    query = covariance_query({"R": ["k", "color", "x"], "S": ["k", "y"]}, categorical=["color"])
+    m = Maintainer(query)
+    m.insert("R", pd.DataFrame({"k": [1, 1, 2], "color": ["red", "blue", "red"], "x": [1.0, 2, 3]}))
+    m.insert("S", pd.DataFrame({"k": [1, 2], "y": [10.0, 20.0]}))
+    counts = query.ring.count_tables(m.result())[("color",)]
+    assert dict(zip(m.decode("color", list(counts)), counts.values(), strict=True)) == {
+        "red": 2,
+        "blue": 1,
+    }
+    with pytest.raises(KeyError, match="unknown variable"):
+        m.decode("colour", [0])
