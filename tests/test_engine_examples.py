@@ -2,9 +2,10 @@
 
 Data is the Fig. 6 database instantiated numerically (notes §13): every value ``x_i = i`` and
 every payload 1.  View names are the engine's (``V@<variable>_<relation initials>``, see
-``Maintainer.explain()``).  The engine builds τ view trees (one view per variable, all free
-variables kept in the views above them) rather than ν's H/V views, so where the notes give
-an ``H^{@X}`` view we check the τ view that holds the same relation.
+``Maintainer.explain()``).  These tests use τ view trees (the default: one view per variable,
+all free variables kept in the views above them); where the notes give an ``H^{@X}`` view we
+check the τ view that holds the same relation.  ν's H/V views are tested in
+``test_nu_trees.py``.
 """
 
 from __future__ import annotations
