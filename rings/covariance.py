@@ -1094,7 +1094,9 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
                     self._shifted(j, x[:, p])
         x = x - self._shifts[list(block)]
         i, jj = _triu(k)
-        return self._batch(block, np.ones(n, np.int64), x, x[:, i] * x[:, jj])
+        xt = np.ascontiguousarray(x.T)  # gathering rows is far cheaper than columns
+        products = np.ascontiguousarray((xt[i] * xt[jj]).T)
+        return self._batch(block, np.ones(n, np.int64), x, products)
 
     # -------------------------------------------------------------- serialization
     def batch_to_bytes(self, batch: CovarianceBatch) -> bytes:
