@@ -357,3 +357,14 @@ def test_categorical_join_stream_matches_sklearn_one_hot(ridge, drop):
         assert result.intercept == pytest.approx(sk.intercept_, rel=1e-6, abs=1e-6)
         compared += 1
     assert compared >= 5
+
+
+def test_w12_reference_stopping_rules_stop_early():
+    """The reference's rules stop W12 close to, not at, the minimizer (notes §13 W12)."""
+    r = fit_from_sigma(w12_sigma(), "E", list("ABCD"), 0.1, variables=VARS, stopping="reference")
+    assert r.stop_reason.startswith("reference")
+    np.testing.assert_allclose(np.r_[r.intercept, r.coef], W12_RIDGE, atol=5e-3)
+    tight = fit_from_sigma(w12_sigma(), "E", list("ABCD"), 0.1, variables=VARS)
+    assert r.iterations < tight.iterations
+    with pytest.raises(ValueError, match="stopping"):
+        fit_from_sigma(w12_sigma(), "E", ["A"], variables=VARS, stopping="loose")
