@@ -22,6 +22,16 @@ def group_rows(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if w == 1:
         unique, inverse = np.unique(columns[:, 0], return_inverse=True)
         return unique[:, None], inverse.ravel()
+    if n and columns.min() >= 0:  # dense codes: pack each row into one int64 and sort that
+        bits = [max(int(c).bit_length(), 1) for c in columns.max(axis=0)]
+        if sum(bits) <= 63:
+            # the first column in the highest bits: groups come out in lexicographic order
+            shifts = (sum(bits) - np.cumsum(bits)).astype(np.int64)
+            packed = (columns << shifts).sum(axis=1)
+            unique_packed, inverse = np.unique(packed, return_inverse=True)
+            masks = (np.int64(1) << np.asarray(bits, dtype=np.int64)) - 1
+            unique = (unique_packed[:, None] >> shifts) & masks
+            return unique, inverse.ravel()
     unique, inverse = np.unique(columns, axis=0, return_inverse=True)
     return unique, inverse.ravel()
 
