@@ -114,7 +114,7 @@ class TupleCounts:
                 as_float = (keys[ints, 1].astype(np.float64) + 0.0).view(np.int64)
                 keys[ints, 1] = _exact_big(as_float, keys[ints, 1])
                 hashed.append(keys[:, 1])
-        return hash_rows(np.column_stack(hashed)).view(np.int64)
+        return hash_rows(hashed).view(np.int64)
 
     def current(self, unique: np.ndarray) -> np.ndarray:
         """Stored multiplicity of each fingerprint (0 when absent)."""

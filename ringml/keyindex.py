@@ -19,12 +19,13 @@ _MIX = np.uint64(0xBF58476D1CE4E5B9)
 _WINDOW = 8
 
 
-def hash_rows(keys: np.ndarray) -> np.ndarray:
-    """64-bit mixing hash of each row of an (n, w) int64 array."""
-    h = np.zeros(keys.shape[0], dtype=np.uint64)
+def hash_rows(keys: np.ndarray | list[np.ndarray]) -> np.ndarray:
+    """64-bit mixing hash of each row of an (n, w) int64 array (or of w int64 columns)."""
+    columns = list(keys) if isinstance(keys, list) else [keys[:, j] for j in range(keys.shape[1])]
+    h = np.zeros(columns[0].shape[0] if columns else keys.shape[0], dtype=np.uint64)
     with np.errstate(over="ignore"):
-        for j in range(keys.shape[1]):
-            h ^= keys[:, j].view(np.uint64)
+        for column in columns:
+            h ^= column.view(np.uint64)
             h *= _GOLDEN
             h ^= h >> np.uint64(31)
         h *= _MIX
