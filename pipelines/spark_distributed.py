@@ -1,0 +1,707 @@
+"""The view tree sharded across Spark executors by the root variable of the variable order.
+
+Design (``ARCHITECTURE.md``, "Backends"):
+
+* **Sharding.**  Let ``X`` be the root variable of the maintainer's variable order.  Every
+  tuple of the join has one ``X``-value, so routing every relation that binds ``X`` (at the
+  same column in all its atoms) by a hash of its ``X``-value and *broadcasting* the
+  relations that lack ``X`` to all ``S`` shards makes each join tuple meet in exactly one
+  shard: the query result is the ring sum of the shards' results.  The hash is a
+  deterministic 64-bit hash of the value (numbers as float64, so ``1`` and ``1.0`` — one
+  key to the engine — land on the same shard), computed the same way in every process.
+* **Shards.**  A shard is an ordinary local :class:`ringml.Maintainer` over the shard's
+  tuples (same query, same variable order).  One batch is one Spark job that stays
+  columnar: ``mapInArrow`` routes each relation's rows (Spark input; pandas input is
+  routed on the driver) and packs them into one Arrow IPC blob per input partition and
+  shard; the blobs of all relations are shuffled to their shard (each shard has its own
+  partition) and ``groupBy(shard).applyInArrow`` hands them to the shard, which loads its
+  state, applies the batch atomically with the local engine, writes its new state and
+  returns its root payload (``ring.to_bytes``; grouped queries: ``(group, bytes)`` pairs).
+* **State between batches.**  Each shard's maintainer is stored as versioned snapshots
+  ``<state_dir>/shard-<s>/v<seq>.pkl`` written by the executors; Python workers also cache
+  the last version they produced, so a shard that comes back to the same worker skips the
+  read.  The driver holds only the shards' root payloads and a manifest (``seq``, the
+  committed version of every shard, their roots, the ring's shifts) that it replaces
+  atomically after all shards succeeded.  A failing shard (bad data, a crashed task) makes
+  the driver discard the staged versions: batches are atomic across shards, and a retried
+  task recomputes from the committed version (idempotent).
+* **Shifts.**  Covariance rings fix a per-variable shift at the first lift; shards must
+  agree, so the driver fixes a variable's shift (the mean of its first batch, rounded to
+  float32 like the ring does) before any shard lifts it and ships the shifts with every
+  batch.
+* **Bulk load** (:meth:`DistributedMaintainer.load`) takes Spark or pandas DataFrames and
+  goes through the same path (static relations are ``load``-ed, others inserted).
+
+Limits of this first cut: the state directory must be a file system every executor and
+the driver can read and write (local disk in ``local[*]`` mode; a shared POSIX mount on a
+cluster); a shard rewrites its full snapshot on every batch it takes part in (cost linear
+in the shard's state — broadcast relations take part in every batch of every shard, and
+each shard holds their views in full); a shard's part of a batch is held in one Python
+worker's memory at once; skewed root values make skewed shards; exactly-once over a stream
+needs ``batch_id`` (a replayed id is skipped).
+
+Example::
+
+    dm = DistributedMaintainer(spark, ringml.covariance_query(schemas), shards=8,
+                               state_dir="state/housing")
+    dm.load({name: spark.read.parquet(path) for name, path in files.items()})   # bulk
+    dm.apply([ringml.UpdateBatch("House", rows, signs)], batch_id=17)           # stream
+    payload = dm.result()      # ring sum of the 8 shard roots; dm.explain() shows the plan
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from ringml import BatchError, Maintainer, SchemaError, UpdateBatch
+
+from .spark_checkpoint import (
+    CheckpointError,
+    atomic_write,
+    restore_maintainer,
+    snapshot_maintainer,
+)
+
+__all__ = ["DistributedMaintainer", "ShardPlan", "plan_shards"]
+
+_SHARD = "__ringml_shard"
+_REL = "__ringml_relation"
+_MULT = "__ringml_mult"
+_BLOB = "__ringml_rows"
+_PACKED_SCHEMA = f"{_SHARD} int, {_REL} string, {_BLOB} binary"
+_MANIFEST = "manifest.pkl"
+_FORMAT = 1
+_VERSION = re.compile(r"^v(\d{12})\.pkl$")
+_RESULT_SCHEMA = (
+    "shard int, status string, message string, payload binary, rows long, seconds double"
+)
+
+# per Python worker: (state_dir, shard) -> (version, maintainer) of the last version it made
+_SHARD_CACHE: dict[tuple[str, int], tuple[int, Maintainer]] = {}
+_CACHE_LIMIT = 16
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """How relations reach shards: by the column that binds the root variable, or to all."""
+
+    root_variable: str
+    sharded: dict[str, str]  # relation -> column holding the root variable
+    broadcast: tuple[str, ...]
+
+    def describe(self, shards: int) -> str:
+        lines = [f"sharded by {self.root_variable!r} into {shards} shards (hash partitioning)"]
+        lines += [f"  {r}: by column {c!r}" for r, c in self.sharded.items()]
+        lines += [f"  {r}: broadcast to every shard" for r in self.broadcast]
+        return "\n".join(lines)
+
+
+def plan_shards(maintainer: Maintainer) -> ShardPlan:
+    """The sharding plan of a maintainer's query under its variable order."""
+    roots = maintainer.order.roots
+    if len(roots) != 1:
+        raise SchemaError(
+            f"the variable order has {len(roots)} roots {roots}; sharding needs one root "
+            "(a connected query)"
+        )
+    root = roots[0]
+    query = maintainer.query
+    sharded: dict[str, str] = {}
+    broadcast: list[str] = []
+    for relation, columns in query.relations.items():
+        holders = set()
+        for atom in query.atoms_of(relation):
+            where = [c for c, v in zip(columns, atom.variables, strict=True) if v == root]
+            holders.add(where[0] if where else None)
+        if len(holders) == 1 and None not in holders:
+            sharded[relation] = holders.pop()
+        else:
+            broadcast.append(relation)
+    if not sharded:
+        raise SchemaError(
+            f"no relation binds the root variable {root!r} in all of its atoms at one column; "
+            "nothing can be sharded"
+        )
+    return ShardPlan(root, sharded, tuple(broadcast))
+
+
+@dataclass
+class _Layout:
+    """One relation of a batch: its columns, and whether it is bulk-loaded (static)."""
+
+    relation: str
+    columns: tuple[str, ...]
+    load: bool  # bulk-load into a static relation (Maintainer.load)
+
+
+def _shard_of_values(values: np.ndarray, shards: int) -> np.ndarray:
+    """The shard (0..shards-1) of each root-variable value: a deterministic 64-bit hash of
+    the value (numbers as float64, so 1 and 1.0 agree; others as objects), modulo shards.
+    The same in every process, so every relation's tuples with one value meet."""
+    if values.dtype.kind in "iufb":
+        normalized = values.astype(np.float64) + 0.0  # -0.0 and 0.0 alike
+    else:
+        normalized = pd.Series(values, dtype=object).map(_normal_key).to_numpy(dtype=object)
+    hashed = pd.util.hash_array(normalized)
+    return (hashed % np.uint64(shards)).astype(np.int64)
+
+
+def _normal_key(value):
+    if isinstance(value, (bool, np.bool_)):
+        return float(value)
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return float(value) + 0.0
+    return value
+
+
+class _Packer:
+    """Runs in ``mapInArrow`` over one relation: routes its rows to shards and emits, per
+    shard, one Arrow IPC blob (rows stay columnar through the shuffle)."""
+
+    def __init__(self, relation: str, key_column: str | None, shard_keys: list[int]) -> None:
+        self.relation = relation
+        self.key_column = key_column  # None: broadcast to every shard
+        self.shard_keys = shard_keys
+
+    def __call__(self, batches):
+        parts: dict[int, list[pa.RecordBatch]] = {}
+        for batch in batches:
+            if batch.num_rows:
+                for shard, part in _split_batch(batch, self.key_column, len(self.shard_keys)):
+                    parts.setdefault(shard, []).append(part)
+        for shard, pieces in parts.items():
+            yield _blob_batch(self.shard_keys[shard], self.relation, pieces)
+
+
+def _split_batch(batch: pa.RecordBatch, key_column: str | None, shards: int):
+    if key_column is None:
+        return [(s, batch) for s in range(shards)]
+    key = batch.column(key_column).to_numpy(zero_copy_only=False)
+    shard = _shard_of_values(key, shards)
+    out = []
+    order = np.argsort(shard, kind="stable")
+    bounds = np.searchsorted(shard[order], np.arange(shards + 1))
+    for s in range(shards):
+        if bounds[s + 1] > bounds[s]:
+            out.append((s, batch.take(pa.array(order[bounds[s] : bounds[s + 1]]))))
+    return out
+
+
+def _blob_batch(shard_key: int, relation: str, pieces) -> pa.RecordBatch:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, pieces[0].schema) as writer:
+        for piece in pieces:
+            writer.write_batch(piece)
+    return pa.RecordBatch.from_pydict(
+        {
+            _SHARD: pa.array([shard_key], pa.int32()),
+            _REL: pa.array([relation], pa.string()),
+            _BLOB: pa.array([sink.getvalue().to_pybytes()], pa.binary()),
+        }
+    )
+
+
+@dataclass
+class _ShardTask:
+    """What every shard needs for one batch (pickled into the Spark job)."""
+
+    query: Any
+    updatable: frozenset[str] | None
+    order: Any
+    strategy: str
+    options: dict[str, Any]
+    state_dir: str
+    seq: int
+    versions: dict[int, int]
+    shard_of: dict[int, int]  # shard column value -> shard id
+    shifts: dict[str, float]
+    layouts: list[_Layout]
+    free: bool
+    cache: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, key, table: pa.Table) -> pa.Table:
+        shard = self.shard_of[int(key[0].as_py())]
+        started = time.perf_counter()
+        rows = 0
+        try:
+            maintainer = self._state(shard)
+            self._fix_shifts(maintainer)
+            received: dict[str, list[pa.Table]] = {}
+            rows = 0
+            for relation, blob in zip(
+                table.column(_REL).to_pylist(), table.column(_BLOB).to_pylist(), strict=True
+            ):
+                part = pa.ipc.open_stream(blob).read_all()
+                received.setdefault(relation, []).append(part)
+                rows += part.num_rows
+            loads, batches = [], []
+            for layout in self.layouts:
+                if layout.relation not in received:
+                    continue
+                part = pa.concat_tables(received[layout.relation])
+                frame = part.select(list(layout.columns)).to_pandas()
+                mult = part.column(_MULT).to_numpy(zero_copy_only=False).astype(np.int64)
+                if layout.load:
+                    loads.append(UpdateBatch(layout.relation, frame, mult))
+                else:
+                    batches.append(UpdateBatch(layout.relation, frame, mult))
+            for batch in loads:
+                if (batch.signs() != 1).any():
+                    raise BatchError(
+                        f"relation {batch.relation!r}: a bulk load only inserts", batch.relation
+                    )
+                maintainer.load(batch.relation, batch.rows)
+            if batches:
+                maintainer.apply(batches)
+            payload = _root_bytes(maintainer, self.free)
+            path = _version_path(self.state_dir, shard, self.seq)
+            atomic_write(path, snapshot_maintainer(maintainer))
+            if self.cache:
+                _remember((self.state_dir, shard), self.seq, maintainer)
+            status, message = "ok", ""
+        except Exception as error:  # noqa: BLE001 - reported to the driver, batch aborted
+            _SHARD_CACHE.pop((self.state_dir, shard), None)
+            payload, status = b"", "error"
+            message = f"shard {shard}: {type(error).__name__}: {error}"
+        return pa.table(
+            {
+                "shard": pa.array([shard], pa.int32()),
+                "status": pa.array([status]),
+                "message": pa.array([message]),
+                "payload": pa.array([payload], pa.binary()),
+                "rows": pa.array([rows], pa.int64()),
+                "seconds": pa.array([time.perf_counter() - started], pa.float64()),
+            }
+        )
+
+    def _state(self, shard: int) -> Maintainer:
+        version = self.versions.get(shard, -1)
+        cached = _SHARD_CACHE.get((self.state_dir, shard))
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        if version < 0:
+            return Maintainer(self.query, self.updatable, self.order, self.strategy, **self.options)
+        with open(_version_path(self.state_dir, shard, version), "rb") as handle:
+            return restore_maintainer(handle.read())
+
+    def _fix_shifts(self, maintainer: Maintainer) -> None:
+        setter = getattr(maintainer.ring, "set_shifts", None)
+        if setter is not None and self.shifts:
+            setter(self.shifts)
+
+
+def _shard_function(task: _ShardTask):
+    def run(key, table):
+        return task(key, table)
+
+    return run
+
+
+def _remember(key: tuple[str, int], version: int, maintainer: Maintainer) -> None:
+    """Cache the version a worker just made (a few shards per worker, oldest out first)."""
+    _SHARD_CACHE.pop(key, None)
+    _SHARD_CACHE[key] = (version, maintainer)
+    while len(_SHARD_CACHE) > _CACHE_LIMIT:
+        _SHARD_CACHE.pop(next(iter(_SHARD_CACHE)))
+
+
+def _version_path(state_dir: str, shard: int, version: int) -> str:
+    return os.path.join(state_dir, f"shard-{shard:04d}", f"v{version:012d}.pkl")
+
+
+def _root_bytes(maintainer: Maintainer, free: bool) -> bytes:
+    ring = maintainer.ring
+    if not free:
+        return ring.to_bytes(maintainer.result())
+    groups = [(key, ring.to_bytes(p)) for key, p in maintainer.enumerate()]
+    return pickle.dumps(groups, protocol=5)
+
+
+class DistributedMaintainer:
+    """A maintainer whose views are sharded over Spark executors (see the module docs).
+
+    Same query arguments as :class:`ringml.Maintainer`; ``shards`` is the number of
+    shards; ``state_dir`` holds the shards' states and the driver's manifest (a temporary
+    folder when omitted; pass one to survive a restart: an existing manifest is resumed).
+    """
+
+    def __init__(
+        self,
+        spark,
+        query,
+        shards: int = 4,
+        state_dir: str | os.PathLike[str] | None = None,
+        updatable=None,
+        order=None,
+        strategy: str = "fivm",
+        cache: bool = True,
+        **options: Any,
+    ) -> None:
+        if shards < 1:
+            raise ValueError("shards must be >= 1")
+        self.spark = spark
+        self.query = query
+        self.ring = query.ring
+        self.shards = int(shards)
+        self.strategy = strategy
+        self.cache = cache
+        self.options = dict(options)
+        self._template = Maintainer(query, updatable, order, strategy, **options)
+        self.order = self._template.order
+        self.updatable = self._template.updatable
+        self.plan = plan_shards(self._template)
+        self._owns_dir = state_dir is None
+        self.state_dir = os.path.abspath(
+            os.fspath(state_dir) if state_dir is not None else tempfile.mkdtemp(prefix="ringml-")
+        )
+        self.seq = 0
+        self.last_batch_id = -1
+        self.versions: dict[int, int] = {}
+        self._roots: dict[int, bytes] = {}
+        self._shifts: dict[str, float] = {}
+        self._column_variable = self._columns_to_variables()
+        self._keys: list[int] | None = None
+        self.last_job: list[dict[str, Any]] = []  # per shard: status, rows, seconds
+        self.last_timings: dict[str, float] = {}  # driver side: prepare (shifts), job
+        self._resume()
+
+    # ------------------------------------------------------------------ manifest
+    def _signature(self) -> str:
+        return f"{self._template.explain()}\nshards={self.shards}"
+
+    def _resume(self) -> None:
+        path = os.path.join(self.state_dir, _MANIFEST)
+        if not os.path.exists(path):
+            return
+        with open(path, "rb") as handle:
+            manifest = pickle.load(handle)
+        if manifest.get("format") != _FORMAT or manifest.get("signature") != self._signature():
+            raise CheckpointError(
+                f"{self.state_dir} holds the state of another query, view tree or shard count"
+            )
+        self.seq = manifest["seq"]
+        self.last_batch_id = manifest["batch_id"]
+        self.versions = dict(manifest["versions"])
+        self._roots = dict(manifest["roots"])
+        self._shifts = dict(manifest["shifts"])
+        if self._shifts and hasattr(self.ring, "set_shifts"):
+            self.ring.set_shifts(self._shifts)
+
+    def _commit(self, seq: int, versions, roots, batch_id: int) -> None:
+        manifest = {
+            "format": _FORMAT,
+            "signature": self._signature(),
+            "seq": seq,
+            "batch_id": batch_id,
+            "versions": versions,
+            "roots": roots,
+            "shifts": self._shifts,
+        }
+        atomic_write(os.path.join(self.state_dir, _MANIFEST), pickle.dumps(manifest, protocol=5))
+
+    # ------------------------------------------------------------------ updates
+    def load(self, relations: Mapping[str, Any], batch_id: int | None = None) -> bool:
+        """Bulk-load relations (Spark or pandas DataFrames, inserts only) through the shards.
+
+        Static relations are loaded (``Maintainer.load``) and updatable ones inserted.
+        """
+        frames = {r: (f, None) for r, f in relations.items()}
+        return self._run(frames, batch_id, bulk=True)
+
+    def apply(self, batches: Sequence[UpdateBatch] | UpdateBatch, batch_id: int | None = None):
+        """Apply update batches (pandas, on the driver) atomically across all shards.
+
+        With ``batch_id``, an id at or below the last applied one is skipped (returns False).
+        """
+        if isinstance(batches, UpdateBatch):
+            batches = [batches]
+        frames: dict[str, list] = {}
+        for batch in batches:
+            if batch.relation not in self.query.relations:
+                raise BatchError(
+                    f"unknown relation {batch.relation!r}; the query has "
+                    f"{sorted(self.query.relations)}",
+                    batch.relation,
+                )
+            rows = batch.rows.copy()
+            rows[_MULT] = batch.signs()
+            frames.setdefault(batch.relation, []).append(rows)
+        merged = {r: (pd.concat(parts, ignore_index=True), _MULT) for r, parts in frames.items()}
+        return self._run(merged, batch_id, bulk=False)
+
+    def apply_frames(
+        self,
+        frames: Mapping[str, Any],
+        mult_column: str | None = None,
+        batch_id: int | None = None,
+    ) -> bool:
+        """Apply changes given as Spark or pandas DataFrames per relation; ``mult_column``
+        holds signed multiplicities (default: all inserts)."""
+        return self._run({r: (f, mult_column) for r, f in frames.items()}, batch_id, bulk=False)
+
+    def _run(self, frames: Mapping[str, tuple[Any, str | None]], batch_id, bulk: bool) -> bool:
+        if batch_id is not None and int(batch_id) <= self.last_batch_id:
+            return False
+        for relation in frames:
+            if relation not in self.query.relations:
+                raise BatchError(f"unknown relation {relation!r}", relation)
+            if not bulk and relation not in self.updatable:
+                raise BatchError(
+                    f"relation {relation!r} is static; declare it updatable to change it",
+                    relation,
+                )
+        started = time.perf_counter()
+        sources = {}
+        for relation, (frame, mult_column) in frames.items():
+            checked = self._checked(relation, frame, mult_column)
+            if checked is not None:
+                sources[relation] = (
+                    checked,
+                    None if isinstance(checked, pd.DataFrame) else checked,
+                )
+        self._fix_shifts(sources)
+        self.last_timings = {"prepare": time.perf_counter() - started}
+        parts, layouts = [], []
+        for relation, (_, mult_column) in frames.items():
+            if relation not in sources:
+                continue
+            static = bulk and relation not in self.updatable
+            layouts.append(_Layout(relation, tuple(self.query.relations[relation]), static))
+            parts.append(self._packed(relation, sources[relation][0], mult_column))
+        if not parts:
+            return False
+        union = parts[0]
+        for part in parts[1:]:
+            union = union.unionByName(part)
+        seq = self.seq + 1
+        task = _ShardTask(
+            query=self.query,
+            updatable=self.updatable,
+            order=self.order,
+            strategy=self.strategy,
+            options=self.options,
+            state_dir=self.state_dir,
+            seq=seq,
+            versions=dict(self.versions),
+            shard_of={k: s for s, k in enumerate(self._shard_keys())},
+            shifts=dict(self._shifts),
+            layouts=layouts,
+            free=bool(self.query.free),
+            cache=self.cache,
+        )
+        started = time.perf_counter()
+        try:
+            rows = (
+                union.repartition(self.shards, _SHARD)
+                .groupBy(_SHARD)
+                .applyInArrow(_shard_function(task), _RESULT_SCHEMA)
+                .collect()
+            )
+        except Exception:
+            self._discard(seq)
+            raise
+        self.last_job = [row.asDict() for row in rows]
+        self.last_timings["job"] = time.perf_counter() - started
+        failed = [row for row in rows if row["status"] != "ok"]
+        if failed:
+            self._discard(seq)
+            messages = "; ".join(sorted(row["message"] for row in failed))
+            first = next(iter(frames), None)
+            raise BatchError(
+                f"the batch was rejected by {len(failed)} shard(s), no shard changed: {messages}",
+                first if len(frames) == 1 else None,
+            )
+        versions = dict(self.versions)
+        roots = dict(self._roots)
+        for row in rows:
+            versions[row["shard"]] = seq
+            roots[row["shard"]] = bytes(row["payload"])
+        self._commit(seq, versions, roots, self.last_batch_id if batch_id is None else batch_id)
+        old = dict(self.versions)
+        self.seq, self.versions, self._roots = seq, versions, roots
+        if batch_id is not None:
+            self.last_batch_id = int(batch_id)
+        for shard, version in old.items():
+            if versions.get(shard) != version:
+                with contextlib.suppress(OSError):
+                    os.unlink(_version_path(self.state_dir, shard, version))
+        return True
+
+    def _discard(self, seq: int) -> None:
+        """Remove the versions a failed batch staged (committed versions are untouched)."""
+        for shard in range(self.shards):
+            with contextlib.suppress(OSError):
+                os.unlink(_version_path(self.state_dir, shard, seq))
+
+    # ------------------------------------------------------------------ routing
+    def _checked(self, relation: str, frame, mult_column: str | None):
+        """The frame (pandas or Spark), or None when it is an empty pandas frame."""
+        columns = list(self.query.relations[relation])
+        present = list(frame.columns)
+        missing = [c for c in columns + ([mult_column] if mult_column else []) if c not in present]
+        if missing:
+            raise BatchError(
+                f"relation {relation!r} has columns {columns}; the frame lacks {missing}",
+                relation,
+                missing[0],
+            )
+        if isinstance(frame, pd.DataFrame) and len(frame) == 0:
+            return None
+        return frame
+
+    def _packed(self, relation: str, frame, mult_column: str | None):
+        """The relation's rows as one Arrow IPC blob per (input partition, shard): a
+        DataFrame ``(shard key, relation, blob)`` (pandas input is packed on the driver,
+        Spark input by ``mapInArrow`` on the executors)."""
+        columns = list(self.query.relations[relation])
+        key = self.plan.sharded.get(relation)
+        keys = self._shard_keys()
+        if isinstance(frame, pd.DataFrame):
+            data = frame[columns].copy()
+            data[_MULT] = (
+                np.ones(len(frame), np.int64)
+                if mult_column is None
+                else frame[mult_column].to_numpy().astype(np.int64)
+            )
+            batch = pa.RecordBatch.from_pandas(data, preserve_index=False)
+            rows = [
+                _blob_batch(keys[shard], relation, [part]).to_pylist()[0]
+                for shard, part in _split_batch(batch, key, self.shards)
+            ]
+            return self.spark.createDataFrame(
+                [(r[_SHARD], r[_REL], r[_BLOB]) for r in rows], _PACKED_SCHEMA
+            )
+        from pyspark.sql import functions as F
+
+        mult = F.col(f"`{mult_column}`").cast("bigint") if mult_column else F.lit(1).cast("bigint")
+        selected = frame.select(*[F.col(f"`{c}`") for c in columns], mult.alias(_MULT))
+        return selected.mapInArrow(_Packer(relation, key, keys), _PACKED_SCHEMA)
+
+    def _shard_keys(self) -> list[int]:
+        """The value of the shard column for each shard: an int that Spark's hash
+        partitioner sends to partition ``s`` of ``shards`` (so no two shards share a task)."""
+        if self._keys is None:
+            from pyspark.sql import functions as F
+
+            candidates = self.spark.range(0, 64 * self.shards).select(
+                F.col("id").cast("int").alias("k"),
+                F.pmod(F.hash(F.col("id").cast("int")), F.lit(self.shards)).alias("p"),
+            )
+            first: dict[int, int] = {}
+            for row in candidates.collect():
+                first.setdefault(int(row["p"]), int(row["k"]))
+            self._keys = [first.get(s, s) for s in range(self.shards)]
+            if len(set(self._keys)) != self.shards:  # cannot happen; stay correct anyway
+                self._keys = list(range(self.shards))
+        return self._keys
+
+    def _columns_to_variables(self) -> dict[str, list[tuple[str, str]]]:
+        """Ring variable -> [(relation, column)] that bind it."""
+        out: dict[str, list[tuple[str, str]]] = {}
+        for atom in self.query.atoms:
+            columns = self.query.relations[atom.relation]
+            for column, variable in zip(columns, atom.variables, strict=True):
+                out.setdefault(variable, []).append((atom.relation, column))
+        return out
+
+    def _fix_shifts(self, sources: Mapping[str, tuple[Any, Any]]) -> None:
+        """Fix, on the driver, the shifts of the ring variables this batch lifts first: the
+        mean of the batch's values (pandas: numpy; Spark: one job for all relations),
+        rounded to float32 as the ring itself does."""
+        shifts = getattr(self.ring, "shifts", None)
+        if shifts is None or not hasattr(self.ring, "set_shifts"):
+            return
+        variables = list(getattr(self.ring, "variables", ()))
+        open_ = [v for v, h in zip(variables, np.asarray(shifts), strict=True) if np.isnan(h)]
+        wanted: dict[str, tuple[str, str]] = {}
+        for v in open_:
+            if v in self._shifts:
+                continue
+            for relation, column in self._column_variable.get(v, []):
+                if relation in sources:
+                    wanted[v] = (relation, column)
+                    break
+        if not wanted:
+            return
+        means: dict[str, float | None] = {}
+        aggregates = []
+        from pyspark.sql import functions as F
+
+        for relation, (original, df) in sources.items():  # df: None for pandas input
+            mine = {v: c for v, (r, c) in wanted.items() if r == relation}
+            if not mine:
+                continue
+            if isinstance(original, pd.DataFrame):
+                for v, c in mine.items():
+                    values = pd.to_numeric(original[c], errors="coerce").to_numpy(np.float64)
+                    values = values[np.isfinite(values)]
+                    means[v] = float(values.mean()) if values.size else None
+            else:
+                aggregates.append(
+                    df.select(
+                        [F.avg(F.col(f"`{c}`").cast("double")).alias(v) for v, c in mine.items()]
+                    )
+                )
+        if aggregates:  # one job: the one-row aggregates side by side
+            row = aggregates[0]
+            for other in aggregates[1:]:
+                row = row.crossJoin(other)
+            means.update(row.collect()[0].asDict())
+        fixed = {}
+        for variable, mean in means.items():
+            if mean is None or not np.isfinite(mean):
+                continue
+            shift = float(np.float32(mean))
+            fixed[variable] = shift if np.isfinite(shift) else float(mean)
+        if fixed:
+            self.ring.set_shifts(fixed)
+            self._shifts.update(fixed)
+
+    # ------------------------------------------------------------------ results
+    def shard_roots(self) -> dict[int, Any]:
+        """Each shard's root payload (grouped queries: ``{group: payload}`` per shard)."""
+        out = {}
+        for shard, data in sorted(self._roots.items()):
+            if self.query.free:
+                out[shard] = {key: self.ring.from_bytes(b) for key, b in pickle.loads(data)}
+            else:
+                out[shard] = self.ring.from_bytes(data)
+        return out
+
+    def result(self):
+        """The query result: the ring sum of the shards' roots (``{group: payload}`` for
+        grouped queries, groups summed across shards)."""
+        ring = self.ring
+        if not self.query.free:
+            total = ring.zero()
+            for payload in self.shard_roots().values():
+                total = ring.add(total, payload)
+            return total
+        merged: dict[tuple, Any] = {}
+        for groups in self.shard_roots().values():
+            for key, payload in groups.items():
+                merged[key] = ring.add(merged[key], payload) if key in merged else payload
+        return merged
+
+    def explain(self) -> str:
+        """The local engine's view tree plus the sharding plan."""
+        return f"{self._template.explain()}\n{self.plan.describe(self.shards)}"
+
+    def close(self) -> None:
+        """Remove a temporary state_dir (workers' caches age out on their own)."""
+        if self._owns_dir:
+            shutil.rmtree(self.state_dir, ignore_errors=True)

@@ -1,0 +1,845 @@
+"""Spark Structured Streaming change feeds into a :class:`ringml.Maintainer`, exactly once.
+
+A *change feed* is a stream of rows of one relation (``ChangeFeed(relation="House", ...)``)
+or of several relations tagged by a ``relation`` column (``ChangeFeed(relation=None, ...)``),
+each row carrying either an ``op`` (``insert``/``delete``; an update is a delete of the old
+row and an insert of the new one: ``update_preimage``/``update_postimage`` or
+``before``/``after``; Debezium's ``c``/``r``/``d``) or a signed integer multiplicity
+(``mult_column="mult"``).  Files are read with an explicit schema (CSV with a header, or
+JSON lines); Spark's file source orders new files by modification time, so writers should
+publish complete files (write, then rename) with increasing mtimes — :func:`write_change_file`
+does both.
+
+:class:`StreamingMaintainer` starts one streaming query over the union of its feeds and
+applies every micro-batch with ``foreachBatch``:
+
+1. a batch id at or below the last applied one is a replay (Spark re-runs the last batch
+   after a failure between our commit and its own) and is skipped; an empty batch changes
+   nothing and writes nothing;
+2. the micro-batch becomes an Arrow table (``DataFrame.toArrow``), then per-relation pandas
+   frames with signed multiplicities; malformed rows — unparseable (wrong number of
+   fields, a value of the wrong type, caught by Spark's ``_corrupt_record``), unknown
+   relation, unknown op, missing values, fields of another relation — and rows the engine
+   rejects (NaN features, deletes of absent tuples, ...) are found;
+3. with ``on_error="reject"`` a bad row raises :class:`FeedError` (batch id, relation,
+   reason, the row) and nothing changes, so the query stops and a restart retries the
+   batch; with ``on_error="dead_letter"`` bad rows go to parquet files under
+   ``dead_letter_path`` (one file per batch, rewritten identically on a replay) and the
+   rest is applied;
+4. the maintainer applies the whole micro-batch atomically (one ``apply`` over all
+   relations), then :class:`StateCheckpoint` stores the state together with the batch id
+   (one atomic file replace), and only then does the handler return and Spark commit the
+   batch.  The optional ``on_batch`` callback runs after the commit (every
+   ``callback_every`` applied batches); an exception there stops the query but loses
+   nothing (the batch is already committed here and skipped when Spark replays it).
+
+Cost of exactly-once: a commit pickles the whole maintainer (every materialized view) and
+replaces one file: linear in the maintained state, e.g. about 0.1 s and 125 MB for the
+Housing star with 50,000 postcodes (1.05 M tuples).  ``snapshot_every=N`` writes a log
+record of the batch instead (linear in the batch) and a snapshot every N-th batch; a
+restart restores the snapshot and re-applies the logged batches.
+
+The state directory also records the Spark query id (from the checkpoint's ``metadata``
+file) and refuses to run against another checkpoint.  ``foreachBatch`` runs on a Spark
+thread: read results with :meth:`StreamingMaintainer.result` (or under its ``lock``), or
+after the query stops.  Paths are local/POSIX: the state lives where the driver runs (the
+driver holds the maintainer; the sharded variant is :mod:`ringml.pipelines.spark_distributed`).
+
+Example::
+
+    spark = local_session()                                  # ringml.pipelines.spark_session
+    feed = ChangeFeed("feeds/housing", spark_types_of(dataset.relations), relation=None)
+    sm = StreamingMaintainer(ringml.Maintainer(query), "state/housing",
+                             on_error="dead_letter", dead_letter_path="dead/housing",
+                             on_batch=lambda report: print(report.batch_id, report.applied))
+    sm.start(spark, feed, "checkpoints/housing", trigger={"availableNow": True}).awaitTermination()
+    payload = sm.result()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ringml import BatchError, Maintainer, UpdateBatch
+
+from .spark_checkpoint import CheckpointError, StateCheckpoint, atomic_write
+
+__all__ = [
+    "OPS",
+    "BadRow",
+    "BatchReport",
+    "ChangeFeed",
+    "FeedError",
+    "StreamingMaintainer",
+    "change_feed_schema",
+    "read_change_feed",
+    "spark_types_of",
+    "write_change_file",
+    "write_stream_files",
+]
+
+#: Op codes (case-insensitive) and the multiplicity they stand for.
+OPS: dict[str, int] = {
+    "insert": 1, "i": 1, "+": 1, "c": 1, "create": 1, "r": 1, "read": 1,
+    "update_postimage": 1, "after": 1, "u+": 1,
+    "delete": -1, "d": -1, "-": -1,
+    "update_preimage": -1, "before": -1, "u-": -1,
+}  # fmt: skip
+
+CORRUPT = "_corrupt_record"
+_FEED = "__ringml_feed"
+_REL = "__ringml_relation"
+_OP = "__ringml_op"
+_MULT = "__ringml_mult"
+_BAD = "__ringml_corrupt"
+
+
+class FeedError(BatchError):
+    """Malformed change-feed rows of one micro-batch; the batch was not applied."""
+
+    def __init__(self, batch_id: int, bad_rows: Sequence[BadRow]) -> None:
+        first = bad_rows[0]
+        more = f" (and {len(bad_rows) - 1} more bad rows)" if len(bad_rows) > 1 else ""
+        message = (
+            f"batch {batch_id}: relation {first.relation!r}: {first.reason}; row {first.row}"
+            f"{more}; the batch was not applied"
+        )
+        super().__init__(message, first.relation, first.column, first.row)
+        self.batch_id = batch_id
+        self.bad_rows = list(bad_rows)
+
+
+@dataclass
+class BadRow:
+    """A change-feed row that was not applied: where it came from and why."""
+
+    batch_id: int
+    relation: str | None
+    reason: str
+    row: dict[str, Any] | str  # the parsed fields, or the raw record when unparseable
+    column: str | None = None
+
+    def as_record(self) -> dict[str, Any]:
+        row = self.row if isinstance(self.row, str) else json.dumps(self.row, default=_json)
+        return {
+            "batch_id": int(self.batch_id),
+            "relation": self.relation,
+            "column": self.column,
+            "reason": self.reason,
+            "row": row,
+        }
+
+
+@dataclass
+class BatchReport:
+    """What one applied micro-batch did (handed to the ``on_batch`` callback)."""
+
+    batch_id: int
+    rows: int  # rows in the micro-batch
+    applied: int  # rows applied
+    inserts: int
+    deletes: int
+    bad_rows: list[BadRow]
+    seconds: float  # conversion + apply + checkpoint
+    maintainer: Maintainer = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ChangeFeed:
+    """A file-based change feed read with an explicit schema.
+
+    ``schema`` names the data columns and their Spark SQL types, e.g.
+    ``"postcode bigint, price double"`` or a mapping ``{"postcode": "bigint", ...}`` (see
+    :func:`spark_types_of`); the op / multiplicity column (and, for a tagged feed, the
+    relation column) are added when missing.  ``relation=None`` makes a tagged feed whose
+    ``relation_column`` says which relation a row belongs to; its schema is the union of the
+    relations' columns, and fields of other relations must be empty.
+    """
+
+    path: str
+    schema: str | Mapping[str, str]
+    relation: str | None = None
+    format: str = "csv"
+    op_column: str | None = "op"
+    mult_column: str | None = None
+    relation_column: str = "relation"
+    max_files_per_trigger: int | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.format not in ("csv", "json"):
+            raise ValueError(f"format must be 'csv' or 'json', got {self.format!r}")
+        if (self.op_column is None) == (self.mult_column is None):
+            raise ValueError("give exactly one of op_column and mult_column")
+
+    def data_columns(self) -> dict[str, str]:
+        """The data columns (name -> Spark SQL type), without op/mult/relation."""
+        columns = _parse_schema(self.schema)
+        for special in (self.op_column, self.mult_column, CORRUPT):
+            columns.pop(special, None)
+        if self.relation is None:
+            columns.pop(self.relation_column, None)
+        return columns
+
+    def ddl(self) -> str:
+        """The full read schema as a DDL string (with ``_corrupt_record``)."""
+        columns = {}
+        if self.relation is None:
+            columns[self.relation_column] = "string"
+        if self.op_column is not None:
+            columns[self.op_column] = "string"
+        else:
+            columns[self.mult_column] = "bigint"
+        columns.update(self.data_columns())
+        columns[CORRUPT] = "string"
+        return ", ".join(f"`{name}` {kind}" for name, kind in columns.items())
+
+
+def _parse_schema(schema: str | Mapping[str, str]) -> dict[str, str]:
+    if isinstance(schema, Mapping):
+        return {str(k): str(v) for k, v in schema.items()}
+    columns: dict[str, str] = {}
+    depth, start, parts = 0, 0, []
+    for i, ch in enumerate(schema):  # split on commas outside <...> and (...)
+        depth += ch in "<(" and 1 or (-1 if ch in ">)" else 0)
+        if ch == "," and depth == 0:
+            parts.append(schema[start:i])
+            start = i + 1
+    parts.append(schema[start:])
+    for part in parts:
+        part = part.strip()
+        if not part:
+            continue
+        if part.startswith("`"):
+            end = part.index("`", 1)
+            name, kind = part[1:end], part[end + 1 :].strip()
+        else:
+            name, _, kind = part.partition(" ")
+        columns[name.strip().rstrip(":")] = kind.strip() or "string"
+    return columns
+
+
+def spark_types_of(frames: Mapping[str, pd.DataFrame] | pd.DataFrame) -> dict[str, str]:
+    """Spark SQL types of the columns of pandas frames (union over relations): int ->
+    ``bigint``, float -> ``double``, bool -> ``boolean``, anything else ``string``."""
+    if isinstance(frames, pd.DataFrame):
+        frames = {"": frames}
+    out: dict[str, str] = {}
+    for frame in frames.values():
+        for column, dtype in frame.dtypes.items():
+            kind = {"i": "bigint", "u": "bigint", "f": "double", "b": "boolean"}.get(
+                np.dtype(dtype).kind if not isinstance(dtype, pd.CategoricalDtype) else "O",
+                "string",
+            )
+            previous = out.get(str(column))
+            if previous is not None and previous != kind:
+                kind = "double" if {previous, kind} == {"bigint", "double"} else "string"
+            out[str(column)] = kind
+    return out
+
+
+def change_feed_schema(
+    columns: Mapping[str, str],
+    op_column: str | None = "op",
+    mult_column: str | None = None,
+    relation_column: str | None = None,
+) -> str:
+    """A DDL schema for a change feed: relation (tagged feeds), op or mult, then ``columns``."""
+    parts = []
+    if relation_column:
+        parts.append(f"`{relation_column}` string")
+    parts.append(f"`{op_column}` string" if op_column else f"`{mult_column}` bigint")
+    parts += [f"`{name}` {kind}" for name, kind in columns.items()]
+    return ", ".join(parts)
+
+
+def read_change_feed(spark, feed: ChangeFeed, index: int = 0):
+    """The streaming DataFrame of a feed, in the pipeline's internal layout: the feed's data
+    columns renamed ``__f<index>__<column>``, plus feed index, relation, op, mult and the
+    corrupt record."""
+    from pyspark.sql import functions as F
+
+    reader = spark.readStream.schema(feed.ddl()).option("columnNameOfCorruptRecord", CORRUPT)
+    if feed.format == "csv":
+        reader = reader.option("header", "true").option("mode", "PERMISSIVE")
+    else:
+        reader = reader.option("mode", "PERMISSIVE")
+    if feed.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", str(int(feed.max_files_per_trigger)))
+    for key, value in feed.options.items():
+        reader = reader.option(key, value)
+    df = reader.format(feed.format).load(feed.path)
+    relation = (
+        F.lit(feed.relation) if feed.relation is not None else F.col(f"`{feed.relation_column}`")
+    )
+    op = F.col(f"`{feed.op_column}`") if feed.op_column else F.lit(None).cast("string")
+    mult = F.col(f"`{feed.mult_column}`") if feed.mult_column else F.lit(None).cast("bigint")
+    data = [F.col(f"`{c}`").alias(_prefixed(index, c)) for c in feed.data_columns()]
+    return df.select(
+        F.lit(index).cast("int").alias(_FEED),
+        relation.cast("string").alias(_REL),
+        op.cast("string").alias(_OP),
+        mult.cast("bigint").alias(_MULT),
+        F.col(CORRUPT).alias(_BAD),
+        *data,
+    )
+
+
+def _prefixed(index: int, column: str) -> str:
+    return f"__f{index}__{column}"
+
+
+class StreamingMaintainer:
+    """Feeds Spark change streams into a maintainer exactly once (see the module docs).
+
+    ``maintainer`` is the initial state (e.g. with static relations loaded); when
+    ``state_dir`` already holds a checkpoint, that state replaces it (it must maintain a
+    query with the same view tree).  ``on_error`` is ``"reject"`` (raise
+    :class:`FeedError`, apply nothing) or ``"dead_letter"`` (write bad rows to
+    ``dead_letter_path``, apply the rest).  ``on_batch(report)`` runs after every
+    ``callback_every`` applied batches.  ``snapshot_every`` trades the per-batch snapshot
+    for a per-batch log record (see :class:`StateCheckpoint`).
+    """
+
+    def __init__(
+        self,
+        maintainer: Maintainer,
+        state_dir: str | os.PathLike[str],
+        on_error: str = "reject",
+        dead_letter_path: str | os.PathLike[str] | None = None,
+        on_batch: Callable[[BatchReport], None] | None = None,
+        callback_every: int = 1,
+        snapshot_every: int = 1,
+    ) -> None:
+        if on_error not in ("reject", "dead_letter"):
+            raise ValueError("on_error must be 'reject' or 'dead_letter'")
+        if on_error == "dead_letter" and dead_letter_path is None:
+            raise ValueError("on_error='dead_letter' needs dead_letter_path")
+        if callback_every < 1:
+            raise ValueError("callback_every must be >= 1")
+        self.on_error = on_error
+        self.dead_letter_path = None if dead_letter_path is None else os.fspath(dead_letter_path)
+        self.on_batch = on_batch
+        self.callback_every = int(callback_every)
+        self.checkpoint = StateCheckpoint(state_dir, snapshot_every)
+        self._signature = maintainer.explain()
+        self.maintainer = maintainer
+        self.last_batch_id = -1
+        self.meta: dict[str, Any] = {}
+        self.batches_applied = 0  # applied by this object (not counting replays)
+        self.replays_skipped: list[int] = []
+        self.errors: list[BaseException] = []
+        self.reports: list[BatchReport] = []
+        self._feeds: list[ChangeFeed] = []
+        self._spark_checkpoint: str | None = None
+        self._dirty = False
+        #: held while a batch is applied and committed; take it to read a consistent state
+        #: while the query runs (``result()`` does)
+        self.lock = threading.RLock()
+        self._reload()
+
+    # ------------------------------------------------------------------ state
+    def _reload(self) -> None:
+        """Bring the in-memory maintainer back to the committed state on disk (the initial
+        state is committed as batch -1 when the directory is new)."""
+        if not self.checkpoint.exists():
+            self.checkpoint.save_snapshot(self.maintainer, -1, {})
+            return
+        loaded = self.checkpoint.load()
+        if loaded.maintainer is not None:
+            if loaded.maintainer.explain() != self._signature:
+                raise CheckpointError(
+                    f"{self.checkpoint.directory} holds the state of another query or view "
+                    "tree; use a fresh state_dir"
+                )
+            self.maintainer = loaded.maintainer
+        self.last_batch_id = loaded.batch_id
+        self.meta = loaded.meta
+        self._dirty = False
+
+    def _spark_query_id(self) -> str | None:
+        if self._spark_checkpoint is None:
+            return None
+        path = os.path.join(self._spark_checkpoint, "metadata")
+        try:
+            with open(path) as handle:
+                return json.loads(handle.readline()).get("id")
+        except (OSError, ValueError):
+            return None
+
+    def _check_spark_checkpoint(self) -> None:
+        stored = self.meta.get("spark_query_id")
+        current = self._spark_query_id()
+        if stored is not None and current is not None and stored != current:
+            raise CheckpointError(
+                f"state in {self.checkpoint.directory} belongs to Spark query {stored}, but "
+                f"the checkpoint {self._spark_checkpoint} is query {current}"
+            )
+        if self.last_batch_id >= 0 and current is None:
+            raise CheckpointError(
+                f"state in {self.checkpoint.directory} has applied batches up to "
+                f"{self.last_batch_id}, but the Spark checkpoint {self._spark_checkpoint} is "
+                "new: its batch ids would restart at 0 and be skipped; use the matching "
+                "checkpoint or a fresh state_dir"
+            )
+
+    # ------------------------------------------------------------------ Spark
+    def start(
+        self,
+        spark,
+        feeds: ChangeFeed | Sequence[ChangeFeed],
+        checkpoint_location: str | os.PathLike[str],
+        trigger: Mapping[str, Any] | None = None,
+        query_name: str | None = None,
+    ):
+        """Start the streaming query (union of ``feeds``) and return it.
+
+        ``trigger`` is passed to ``DataStreamWriter.trigger`` (e.g. ``{"availableNow":
+        True}`` or ``{"processingTime": "5 seconds"}``; default: Spark's).
+        """
+        feeds = [feeds] if isinstance(feeds, ChangeFeed) else list(feeds)
+        if not feeds:
+            raise ValueError("no feeds")
+        self._check_feeds(feeds)
+        if self._dirty:
+            self._reload()
+        self._feeds = feeds
+        self._spark_checkpoint = os.fspath(checkpoint_location)
+        self._check_spark_checkpoint()
+        frames = [read_change_feed(spark, feed, i) for i, feed in enumerate(feeds)]
+        stream = frames[0]
+        for frame in frames[1:]:
+            stream = stream.unionByName(frame, allowMissingColumns=True)
+        writer = stream.writeStream.foreachBatch(self._foreach_batch).option(
+            "checkpointLocation", self._spark_checkpoint
+        )
+        if trigger:
+            writer = writer.trigger(**dict(trigger))
+        if query_name:
+            writer = writer.queryName(query_name)
+        return writer.start()
+
+    def _check_feeds(self, feeds: Sequence[ChangeFeed]) -> None:
+        relations = self.maintainer.query.relations
+        for feed in feeds:
+            columns = feed.data_columns()
+            targets = [feed.relation] if feed.relation is not None else list(relations)
+            for relation in targets:
+                if relation not in relations:
+                    raise ValueError(f"feed {feed.path!r}: unknown relation {relation!r}")
+                missing = [c for c in relations[relation] if c not in columns]
+                if missing:
+                    raise ValueError(
+                        f"feed {feed.path!r}: relation {relation!r} needs columns {missing}"
+                    )
+
+    def _foreach_batch(self, df, batch_id: int) -> None:
+        if int(batch_id) <= self.last_batch_id and not self._dirty:
+            self.replays_skipped.append(int(batch_id))
+            return
+        table = df.toArrow() if hasattr(df, "toArrow") else pa.Table.from_pandas(df.toPandas())
+        self.process_batch(table, int(batch_id))
+
+    # ------------------------------------------------------------------ batches
+    def result(self):
+        """The maintained result as of the last committed batch (safe while streaming)."""
+        with self.lock:
+            return self.maintainer.result()
+
+    def process_batch(self, table: pa.Table | pd.DataFrame, batch_id: int) -> BatchReport | None:
+        """Apply one micro-batch in the internal layout (see :func:`read_change_feed`).
+
+        Returns None for a replayed or empty batch.  This is what ``foreachBatch`` calls;
+        it is public so that replays and failures can be exercised without Spark.
+        """
+        with self.lock:
+            return self._process_batch(table, batch_id)
+
+    def _process_batch(self, table, batch_id: int) -> BatchReport | None:
+        if self._dirty:
+            self._reload()
+        if batch_id <= self.last_batch_id:
+            self.replays_skipped.append(batch_id)
+            return None
+        if isinstance(table, pd.DataFrame):
+            table = pa.Table.from_pandas(table, preserve_index=False)
+        if table.num_rows == 0:
+            return None
+        started = time.perf_counter()
+        if self.meta.get("spark_query_id") is None:
+            query_id = self._spark_query_id()
+            if query_id is not None:
+                self.meta["spark_query_id"] = query_id
+        batches, bad = self._split(table, batch_id)
+        if bad and self.on_error == "reject":
+            error = FeedError(batch_id, bad)
+            self.errors.append(error)
+            raise error
+        batches, engine_bad = self._apply(batches, batch_id)  # atomic: raises, or applied
+        bad += engine_bad
+        try:
+            if bad:
+                self._write_dead_letters(batch_id, bad)
+            self.checkpoint.commit(self.maintainer, batch_id, batches, self.meta)
+        except BaseException as error:
+            self._dirty = True  # applied in memory, not committed: reload before going on
+            self.errors.append(error)
+            raise
+        self.last_batch_id = batch_id
+        self.batches_applied += 1
+        signs = np.concatenate([b.signs() for b in batches]) if batches else np.zeros(0)
+        report = BatchReport(
+            batch_id=batch_id,
+            rows=table.num_rows,
+            applied=int(signs.size),
+            inserts=int((signs > 0).sum()),
+            deletes=int((signs < 0).sum()),
+            bad_rows=bad,
+            seconds=time.perf_counter() - started,
+            maintainer=self.maintainer,
+        )
+        self.reports.append(report)
+        if self.on_batch is not None and self.batches_applied % self.callback_every == 0:
+            self.on_batch(report)
+        return report
+
+    def _apply(
+        self, batches: list[UpdateBatch], batch_id: int
+    ) -> tuple[list[UpdateBatch], list[BadRow]]:
+        """Apply atomically; in dead-letter mode, drop the rows the engine rejects and retry."""
+        bad: list[BadRow] = []
+        while True:
+            try:
+                if batches:
+                    self.maintainer.apply(batches)
+                return batches, bad
+            except BatchError as error:
+                culprit = _isolate(batches, error)
+                if self.on_error == "reject" or culprit is None:
+                    row = (
+                        None
+                        if culprit is None
+                        else _row_dict(batches[culprit[0]], int(culprit[1][0]))
+                    )
+                    report = BadRow(batch_id, error.relation, str(error), row or {}, error.column)
+                    wrapped = FeedError(batch_id, [report])
+                    self.errors.append(wrapped)
+                    raise wrapped from error
+                index, rows = culprit
+                batch = batches[index]
+                for position in rows:
+                    bad.append(
+                        BadRow(
+                            batch_id,
+                            batch.relation,
+                            str(error),
+                            _row_dict(batch, position),
+                            error.column,
+                        )
+                    )
+                keep = np.ones(len(batch.rows), dtype=bool)
+                keep[rows] = False
+                mult = batch.signs()[keep]
+                rest = UpdateBatch(batch.relation, batch.rows[keep].reset_index(drop=True), mult)
+                batches = (
+                    batches[:index] + ([rest] if len(rest.rows) else []) + batches[index + 1 :]
+                )
+
+    def _split(self, table: pa.Table, batch_id: int) -> tuple[list[UpdateBatch], list[BadRow]]:
+        """Per-relation update batches of the good rows, and the bad rows."""
+        relations = self.maintainer.query.relations
+        n = table.num_rows
+        feed_ids = table.column(_FEED).to_numpy(zero_copy_only=False).astype(np.int64)
+        rel = np.asarray(table.column(_REL).to_pylist(), dtype=object)
+        corrupt = table.column(_BAD)
+        corrupt_null = pc.is_null(corrupt).to_numpy(zero_copy_only=False)
+        ops = pd.Series(table.column(_OP).to_pylist(), dtype=object)
+        signs = ops.str.strip().str.lower().map(OPS).to_numpy(dtype=np.float64, na_value=np.nan)
+        mult_col = table.column(_MULT)
+        mult_null = pc.is_null(mult_col).to_numpy(zero_copy_only=False)
+        mult_values = pc.fill_null(mult_col, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        reason = np.full(n, None, dtype=object)
+        column_of = np.full(n, None, dtype=object)
+        mult = np.zeros(n, dtype=np.int64)
+
+        def flag(mask: np.ndarray, text, column=None) -> None:
+            fresh = mask & (reason == None)  # noqa: E711 - elementwise
+            for i in np.flatnonzero(fresh):
+                reason[i] = text(i) if callable(text) else text
+                column_of[i] = column
+
+        flag(~corrupt_null, "unparseable record (wrong number of fields or a mistyped value)")
+        known = np.array([isinstance(r, str) and r in relations for r in rel], dtype=bool)
+        flag(~known, lambda i: f"unknown relation {rel[i]!r}")
+        for f in np.unique(feed_ids):
+            in_feed = feed_ids == f
+            feed = self._feeds[int(f)] if int(f) < len(self._feeds) else None
+            use_ops = feed is None or feed.op_column is not None
+            if use_ops:
+                # without feed metadata (direct calls), a signed mult may stand in for an op
+                sign = signs.copy()
+                if feed is None:
+                    fill = np.isnan(sign) & ~mult_null & (mult_values != 0)
+                    sign[fill] = mult_values[fill]
+                bad = in_feed & np.isnan(sign)
+                flag(
+                    bad,
+                    lambda i: f"unknown op {ops.iloc[i]!r} (expected one of {sorted(OPS)})",
+                    feed.op_column if feed else "op",
+                )
+                ok = in_feed & ~np.isnan(sign)
+                mult[ok] = sign[ok].astype(np.int64)
+            else:
+                bad = in_feed & (mult_null | (mult_values == 0))
+                flag(bad, "the multiplicity must be a non-zero integer", feed.mult_column)
+                ok = in_feed & ~bad
+                mult[ok] = mult_values[ok]
+        # missing values and fields of other relations, per feed and relation
+        names = table.column_names
+        out: list[UpdateBatch] = []
+        for f in np.unique(feed_ids):
+            prefix = f"__f{int(f)}__"
+            feed_columns = [c[len(prefix) :] for c in names if c.startswith(prefix)]
+            for relation, cols in relations.items():
+                rows = np.flatnonzero((feed_ids == f) & (rel == relation) & (reason == None))  # noqa: E711
+                if rows.size == 0:
+                    continue
+                sub = table.take(pa.array(rows))
+                ok = np.ones(rows.size, dtype=bool)
+                for column in feed_columns:
+                    nulls = pc.is_null(sub.column(prefix + column)).to_numpy(zero_copy_only=False)
+                    wanted = column in cols
+                    offending = (nulls if wanted else ~nulls) & ok
+                    text = (
+                        f"missing value for column {column!r}"
+                        if wanted
+                        else f"column {column!r} is not in relation {relation!r}"
+                    )
+                    flag(np.isin(np.arange(n), rows[offending]), text, column)
+                    ok &= ~offending
+                keep = rows[ok]
+                if keep.size == 0:
+                    continue
+                frame = (
+                    table.take(pa.array(keep))
+                    .select([prefix + c for c in cols])
+                    .rename_columns(list(cols))
+                    .to_pandas()
+                )
+                out.append(UpdateBatch(relation, frame, mult[keep]))
+        bad = [
+            BadRow(
+                batch_id,
+                rel[i] if isinstance(rel[i], str) else None,
+                reason[i],
+                corrupt[i].as_py() if not corrupt_null[i] else _raw_row(table, i),
+                column_of[i],
+            )
+            for i in np.flatnonzero(reason != None)  # noqa: E711
+        ]
+        return out, bad
+
+    def _write_dead_letters(self, batch_id: int, bad: Sequence[BadRow]) -> None:
+        assert self.dead_letter_path is not None
+        records = [b.as_record() for b in bad]
+        schema = pa.schema(
+            [
+                ("batch_id", pa.int64()),
+                ("relation", pa.string()),
+                ("column", pa.string()),
+                ("reason", pa.string()),
+                ("row", pa.string()),
+            ]
+        )
+        table = pa.Table.from_pylist(records, schema=schema)
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        path = os.path.join(self.dead_letter_path, f"dead-{batch_id:012d}.parquet")
+        atomic_write(path, sink.getvalue().to_pybytes())
+
+    def dead_letters(self) -> pd.DataFrame:
+        """All dead-lettered rows so far (batch_id, relation, column, reason, row)."""
+        columns = ["batch_id", "relation", "column", "reason", "row"]
+        if self.dead_letter_path is None or not os.path.isdir(self.dead_letter_path):
+            return pd.DataFrame(columns=columns)
+        files = sorted(
+            f
+            for f in os.listdir(self.dead_letter_path)
+            if f.startswith("dead-") and f.endswith(".parquet")
+        )
+        if not files:
+            return pd.DataFrame(columns=columns)
+        return pd.concat(
+            [pq.read_table(os.path.join(self.dead_letter_path, f)).to_pandas() for f in files],
+            ignore_index=True,
+        )
+
+
+def _raw_row(table: pa.Table, i: int) -> dict[str, Any]:
+    """The non-null fields of row ``i`` under their feed names (relation and op included)."""
+    row = table.slice(i, 1).to_pylist()[0]
+    out: dict[str, Any] = {}
+    if row.get(_REL) is not None:
+        out["relation"] = row[_REL]
+    if row.get(_OP) is not None:
+        out["op"] = row[_OP]
+    if row.get(_MULT) is not None:
+        out["mult"] = row[_MULT]
+    for name, value in row.items():
+        if name.startswith("__f") and value is not None:
+            out[name.split("__", 2)[2]] = value
+    return out
+
+
+def _row_dict(batch: UpdateBatch, position: int) -> dict[str, Any]:
+    row = {k: _json(v) for k, v in batch.rows.iloc[position].to_dict().items()}
+    row["mult"] = int(batch.signs()[position])
+    return row
+
+
+def _json(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _isolate(batches: Sequence[UpdateBatch], error: BatchError) -> tuple[int, np.ndarray] | None:
+    """The batch and rows an engine error is about, when they can be told."""
+    for index, batch in enumerate(batches):
+        if batch.relation != error.relation or len(batch.rows) == 0:
+            continue
+        frame = batch.rows
+        if isinstance(error.value, dict):  # a tuple (e.g. a delete of an absent one)
+            mask = np.ones(len(frame), dtype=bool)
+            for column, value in error.value.items():
+                if column not in frame.columns:
+                    mask[:] = False
+                    break
+                mask &= _equal(frame[column].to_numpy(), value)
+            signs = batch.signs()
+            hits = np.flatnonzero(mask & (signs < 0)) if (signs < 0).any() else np.flatnonzero(mask)
+            if hits.size:
+                return index, hits[:1]  # one delete too many: drop one and retry
+        elif error.column is not None and error.column in frame.columns:
+            hits = np.flatnonzero(_equal(frame[error.column].to_numpy(), error.value))
+            if hits.size:
+                return index, hits
+    return None
+
+
+def _equal(values: np.ndarray, value) -> np.ndarray:
+    """``values == value`` where NaN equals NaN and None equals None."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return np.asarray(pd.isna(pd.Series(values)))
+    with contextlib.suppress(TypeError, ValueError):
+        result = np.asarray(values == value, dtype=bool)
+        if result.shape == values.shape:
+            return result
+    return np.array([v == value for v in values], dtype=bool)
+
+
+# ---------------------------------------------------------------------- writing feeds
+def write_change_file(
+    path: str | os.PathLike[str],
+    frame: pd.DataFrame,
+    format: str = "csv",
+    mtime: float | None = None,
+) -> str:
+    """Publish ``frame`` as one complete feed file (temp file, then rename) with
+    modification time ``mtime`` (Spark's file source picks new files in mtime order)."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, "." + os.path.basename(path) + ".tmp")
+    frame = frame.copy()
+    for column in frame.columns:  # ints turned float by NaN padding: write 5, not 5.0
+        data = frame[column]
+        if data.dtype.kind == "f" and data.hasnans:
+            values = data.dropna()
+            if len(values) and np.all(np.isfinite(values)) and np.all(values == np.round(values)):
+                if np.all(np.abs(values) < 2**53):
+                    frame[column] = data.astype("Int64")
+    if format == "csv":
+        frame.to_csv(tmp, index=False)
+    elif format == "json":
+        frame.to_json(tmp, orient="records", lines=True)
+    else:
+        raise ValueError(f"format must be 'csv' or 'json', got {format!r}")
+    if mtime is not None:
+        os.utime(tmp, (mtime, mtime))
+    os.replace(tmp, path)
+    return path
+
+
+def write_stream_files(
+    folder: str | os.PathLike[str],
+    stream: Iterable,
+    tagged: bool = True,
+    format: str = "csv",
+    start: int = 0,
+    per_file: int = 1,
+    op_column: str | None = "op",
+    mult_column: str | None = None,
+    relation_column: str = "relation",
+    base_mtime: float | None = None,
+    columns: Sequence[str] | Mapping[str, str] | None = None,
+) -> list[str]:
+    """Write ``StreamBatch`` es (``ringml.datasets.build_stream``) as change-feed files.
+
+    ``tagged=True``: one feed in ``folder`` with a relation column; else one sub-folder per
+    relation.  ``per_file`` stream batches go into each file; files are numbered from
+    ``start`` and get increasing modification times (1 s apart from ``base_mtime``).
+    CSV fields are matched to the read schema by position, so every file of a tagged feed
+    has the same ``columns`` (default: the union over ``stream``, first seen first; pass
+    the feed's schema when writing a stream in several calls).
+    """
+    folder = os.fspath(folder)
+    batches = list(stream)
+    if columns is None:
+        union: dict[str, None] = {}
+        for b in batches:
+            union.update(dict.fromkeys(b.rows.columns))
+        columns = list(union)
+    columns = list(columns)
+    base = time.time() - 10_000 if base_mtime is None else base_mtime
+    written = []
+    for k in range(0, len(batches), per_file):
+        group = batches[k : k + per_file]
+        number = start + k // per_file
+        frames: dict[str | None, list[pd.DataFrame]] = {}
+        for b in group:
+            part = b.rows.copy()
+            if op_column:
+                part.insert(
+                    0, op_column, np.where(np.asarray(b.multiplicity) > 0, "insert", "delete")
+                )
+            else:
+                part.insert(0, mult_column, np.asarray(b.multiplicity, dtype=np.int64))
+            if tagged:
+                part.insert(0, relation_column, b.relation)
+            frames.setdefault(None if tagged else b.relation, []).append(part)
+        for relation, parts in frames.items():
+            target = folder if relation is None else os.path.join(folder, relation)
+            path = os.path.join(target, f"part-{number:06d}.{format}")
+            frame = pd.concat(parts, ignore_index=True)
+            if relation is None:
+                head = [c for c in (relation_column, op_column or mult_column) if c]
+                frame = frame.reindex(columns=head + [c for c in columns if c not in head])
+            written.append(write_change_file(path, frame, format, mtime=base + number))
+    return written
