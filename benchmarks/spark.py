@@ -133,7 +133,9 @@ def _worker(args) -> None:
 
     # warm-up on the tiny database: JVM, Python workers, code generation
     tiny = meta["tiny"]
-    distributed(tiny, tempfile.mkdtemp(prefix="ringml-warm-"))
+    warm_dir = tempfile.mkdtemp(prefix="ringml-warm-")
+    distributed(tiny, warm_dir)
+    shutil.rmtree(warm_dir, ignore_errors=True)
     for fields in sql_variants.values():
         spark.conf.set("spark.sql.codegen.maxFields", fields)
         _spark_sql_moments(spark, tiny, meta["variables"])
