@@ -122,6 +122,22 @@ class Maintainer:
         self.batches_applied = 0
         self.tuples_applied = 0
 
+    # ------------------------------------------------------------------ pickling
+    def __getstate__(self) -> dict:
+        """Stores are keyed by node identity in memory; by node position when pickled."""
+        state = self.__dict__.copy()
+        nodes = self.tree.nodes()
+        state["_stores"] = {
+            i: self._stores[id(node)] for i, node in enumerate(nodes) if id(node) in self._stores
+        }
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        stores = state.pop("_stores")
+        self.__dict__.update(state)
+        nodes = self.tree.nodes()
+        self._stores = {id(nodes[i]): store for i, store in stores.items()}
+
     # ------------------------------------------------------------------ updates
     def insert(self, relation: str, rows) -> None:
         """Insert ``rows`` (a DataFrame or column mapping) into ``relation``."""

@@ -302,3 +302,19 @@ def test_decode_maps_category_codes_back_to_values():
     }
     with pytest.raises(KeyError, match="unknown variable"):
         m.decode("colour", [0])
+
+
+@pytest.mark.parametrize("tree", ["tau", "nu"])
+def test_a_pickled_maintainer_resumes_where_it_stopped(tree):
+    import pickle
+
+    query = Query({"R": ["A", "B"], "S": ["A", "C"]}, IntegerRing(), free=["A", "B"])
+    m = Maintainer(query, tree=tree)
+    m.insert("R", pd.DataFrame({"A": [1, 1, 2], "B": [1, 2, 3]}))
+    m.insert("S", pd.DataFrame({"A": [1, 2, 2], "C": [5, 6, 7]}))
+    copy = pickle.loads(pickle.dumps(m))
+    assert copy.result() == m.result()
+    for each in (m, copy):
+        each.delete("S", pd.DataFrame({"A": [2], "C": [6]}))
+        each.insert("R", pd.DataFrame({"A": [2], "B": [4]}))
+    assert copy.result() == m.result() == {(1, 1): 1, (1, 2): 1, (2, 3): 1, (2, 4): 1}
