@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from functools import reduce
 from typing import Any
@@ -450,11 +451,12 @@ def _schemas(relations: Any) -> dict[str, list[str]]:
     return out
 
 
-class _JoinModel(_Atomic, BaseEstimator):
+class _JoinModel(_Atomic, BaseEstimator, ABC):
     """Shared plumbing: a Maintainer built on the first call, atomic batch application."""
 
-    def _build(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abstractmethod
+    def _build(self) -> None:
+        """Create the Maintainer and the model state from the parameters."""
 
     def fit(self, batches=None):
         """Start over: a fresh maintainer, then apply ``batches`` (may be None)."""
@@ -493,8 +495,9 @@ class _JoinModel(_Atomic, BaseEstimator):
     def _prepare(self, updates: list[UpdateBatch]) -> list[UpdateBatch]:
         return updates
 
-    def _refresh(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abstractmethod
+    def _refresh(self) -> None:
+        """Refit the model from the maintained payload."""
 
 
 class JoinRegressor(_JoinModel):
