@@ -170,6 +170,13 @@ class Maintainer:
             self._finish_loading()
         self._apply(batches, loading=False)
 
+    def _rollback(self, committed: Sequence[PreparedRows]) -> None:
+        """Undo the journaled store additions and the recorded tuples of a rejected apply."""
+        for store, codes, payload, support in reversed(self._journal):
+            store.undo(codes, payload, support)
+        for rows in committed:
+            self._preparer.uncommit(rows)
+
     def _check_updatable(self, relations: Iterable[str]) -> None:
         for relation in relations:
             if relation not in self.query.relations:
@@ -201,10 +208,7 @@ class Maintainer:
             if self.strategy == "recompute" and prepared:
                 self._recompute()
         except RingError as error:  # e.g. an int64 overflow deep in a view: undo everything
-            for store, codes, payload, support in reversed(self._journal):
-                store.undo(codes, payload, support)
-            for rows in committed:
-                self._preparer.uncommit(rows)
+            self._rollback(committed)
             relation = committed[-1].relation if committed else None
             raise BatchError(
                 f"relation {relation!r}: the batch was rejected while maintaining the views "
@@ -418,6 +422,12 @@ class Maintainer:
         support = rows.multiplicity if self._track_support else None
         return _Rows(codes, values, None, rows.multiplicity, support)
 
+    def _size(self, rows: _Rows) -> int:
+        """Number of rows in flight."""
+        if rows.payload is None:
+            return rows.multiplicity.shape[0]
+        return self.ring.batch_len(rows.payload)
+
     def _payload(self, rows: _Rows):
         """The rows' payloads as a ring batch."""
         if rows.payload is None:
@@ -521,11 +531,7 @@ class Maintainer:
 
     def _step(self, node: ViewNode, child, delta: _Rows) -> _Rows:
         """``δV = ⊕_marginalized (δchild ⊗ siblings ⊗ lifts)``, grouped by V's keys."""
-        n = (
-            delta.multiplicity.shape[0]
-            if delta.payload is None
-            else self.ring.batch_len(delta.payload)
-        )
+        n = self._size(delta)
         siblings = [(self._stores[id(c)], c.keys) for c in node.children if c is not child]
         rows, cols, sibling_slots = self._join(dict(delta.codes), n, siblings)
         values = {v: delta.values[v][rows] for v in node.marginalized if v in delta.values}
@@ -607,10 +613,7 @@ class Maintainer:
             for atom in self.query.atoms_of(relation):
                 self._propagate_factorized(atom, prepared, int(multiplicity))
         except RingError as error:
-            for store, codes, payload, support in reversed(self._journal):
-                store.undo(codes, payload, support)
-            if bookkeeping is not None:
-                self._preparer.uncommit(bookkeeping)
+            self._rollback([bookkeeping] if bookkeeping is not None else [])
             raise BatchError(
                 f"relation {relation!r}: the update was rejected while maintaining the views "
                 f"({error}); no view changed",
@@ -691,11 +694,7 @@ class Maintainer:
                 )
                 others = []
             stores += [(self._temporary_store(f), tuple(f.codes)) for f in others]
-            n = (
-                start.multiplicity.shape[0]
-                if start.payload is None
-                else self.ring.batch_len(start.payload)
-            )
+            n = self._size(start)
             rows, cols, slots = self._join(dict(start.codes), n, stores)
             variables = set(cols)
             lifted = [v for v in node.marginalized if v in variables]
@@ -725,7 +724,7 @@ class Maintainer:
 
     def _aggregate_rows(self, f: _Rows, summed: Sequence[str], keep: tuple[str, ...]) -> _Rows:
         """Lift ``summed`` variables of a factor and sum them out, grouping by ``keep``."""
-        n = f.multiplicity.shape[0] if f.payload is None else self.ring.batch_len(f.payload)
+        n = self._size(f)
         lifts = self._lift_factors(summed, f.codes, f.values, n)
         if f.payload is None:
             lifts = lifts or [self.ring.batch_ones(n)]
@@ -765,10 +764,7 @@ class Maintainer:
 
     def _add_product(self, store: ViewStore, keys: tuple[str, ...], factors: list[_Rows]) -> None:
         """Add the product of factors to a materialized view (expanded over its keys only)."""
-        sizes = [
-            f.multiplicity.shape[0] if f.payload is None else self.ring.batch_len(f.payload)
-            for f in factors
-        ]
+        sizes = [self._size(f) for f in factors]
         total = int(np.prod(sizes)) if sizes else 0
         if total == 0:
             return
