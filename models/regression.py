@@ -212,14 +212,15 @@ def _generalized_design(ring, payload, label, feats, drop, decode) -> Design:
         decoded = list(decode(v, np.asarray(codes, dtype=np.int64))) if decode and codes else codes
         values[v] = dict(zip(codes, decoded, strict=True))
         cats[v] = [c for _, c in sorted(zip(decoded, codes, strict=True), key=_sort_key)]
-    count, s, Q = ring.to_dense(
-        payload, {v: cats[v] + sorted(stored[v] - set(cats[v])) for v in ring.categorical}
-    )
-    # dense column of every continuous variable / (categorical variable, code)
+    # the present categories first, then codes of absent ones that entries still carry
+    dense = {v: cats[v] + sorted(stored[v] - set(cats[v])) for v in ring.categorical}
+    count, s, Q = ring.to_dense(payload, dense)
+    # dense column of every continuous variable / (categorical variable, code), in the
+    # layout to_dense used (absent categories' columns included, so later ones line up)
     position: dict = {v: j for j, v in enumerate(ring.continuous)}
     at = len(ring.continuous)
     for v in ring.categorical:
-        for c in cats[v]:
+        for c in dense[v]:
             position[(v, c)] = at
             at += 1
     pick: list[int] = []
