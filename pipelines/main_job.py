@@ -94,6 +94,7 @@ class JobReport:
     refresh_seconds: float = 0.0
     join_rows: int = 0
     coef_max_rel_error: float = math.nan
+    prediction_max_rel_error: float = math.nan
     mi_max_abs_error: float = math.nan
     tree_equal: bool = False
     dead_letters: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -106,7 +107,12 @@ class JobReport:
     @property
     def ok(self) -> bool:
         """The model and the tree agree with the recomputation on the final join."""
-        return self.coef_max_rel_error < 1e-6 and self.mi_max_abs_error < 1e-9 and self.tree_equal
+        return (
+            self.coef_max_rel_error < 1e-6
+            and self.prediction_max_rel_error < 1e-6
+            and self.mi_max_abs_error < 1e-9
+            and self.tree_equal
+        )
 
 
 def _fresh_workdir(workdir: Path) -> dict[str, Path]:
@@ -165,10 +171,10 @@ def _design(flat: pd.DataFrame, columns) -> np.ndarray:
     return np.column_stack(out).astype(float)
 
 
-def _recompute(model: JoinRegressor, stream, ridge: float) -> tuple[float, float, bool, int]:
-    """Refit with scikit-learn and networkx on the materialized final join; returns the
-    largest relative coefficient difference, the largest MI difference, whether the trees
-    agree, and the join's row count."""
+def _recompute(model: JoinRegressor, stream, ridge: float) -> dict[str, Any]:
+    """Refit with scikit-learn and networkx on the materialized final join: the largest
+    relative differences of coefficients and of predictions (relative to the label's
+    spread), the largest MI difference, whether the trees agree, the join's row count."""
     from sklearn.linear_model import LinearRegression, Ridge
     from sklearn.metrics import mutual_info_score
 
@@ -181,6 +187,8 @@ def _recompute(model: JoinRegressor, stream, ridge: float) -> tuple[float, float
     ours = np.append(model.coef_, model.intercept_)
     theirs = np.append(sk.coef_, sk.intercept_)
     coef_error = float(np.max(np.abs(ours - theirs) / np.maximum(np.abs(theirs), 1e-12)))
+    spread = max(float(np.std(y)), 1e-12)
+    prediction_error = float(np.max(np.abs(model.predict(flat) - sk.predict(X)))) / spread
     mi_ours, tree_ours = _categorical_tree(model)
     names = CATEGORICAL
     mi = np.array(
@@ -193,7 +201,13 @@ def _recompute(model: JoinRegressor, stream, ridge: float) -> tuple[float, float
             graph.add_edge(a, names[j], weight=mi[i, j])
     reference = nx.maximum_spanning_tree(graph)
     same = {frozenset(e) for e in tree_ours.edges()} == {frozenset(e) for e in reference.edges()}
-    return coef_error, mi_error, same, len(flat)
+    return {
+        "coef_max_rel_error": coef_error,
+        "prediction_max_rel_error": prediction_error,
+        "mi_max_abs_error": mi_error,
+        "tree_equal": same,
+        "rows": len(flat),
+    }
 
 
 class _Progress:
@@ -353,8 +367,10 @@ def run_main_job(config: JobConfig = JobConfig(), out: Callable[[str], Any] = pr
     champion = logger.champion()
     report.champion = champion[0] if champion else None
     report.dead_letters = streaming.dead_letters()
-    coef, mi, same, rows = _recompute(model, stream, config.ridge)
-    report.coef_max_rel_error, report.mi_max_abs_error, report.tree_equal = coef, mi, same
+    check = _recompute(model, stream, config.ridge)
+    rows = check.pop("rows")
+    for name, value in check.items():
+        setattr(report, name, value)
     report.join_rows = model.n_samples_seen_
     _print_report(report, model, tree_holder.get("tree"), rows, workdir, out)
     out(f"total time {time.perf_counter() - started:.1f} s")
@@ -383,9 +399,11 @@ def _print_report(
         out(f"  {name:<22} {value:>14,.3f}")
     out(f"  {'(intercept)':<22} {model.intercept_:>14,.3f}")
     verdict = "equal" if report.coef_max_rel_error < 1e-6 else "DIFFERENT"
+    fits = "equal" if report.prediction_max_rel_error < 1e-6 else "DIFFERENT"
     out(
         f"check against scikit-learn on the materialized final join ({flat_rows:,} rows): "
-        f"coefficients {verdict} (max relative difference {report.coef_max_rel_error:.1e})"
+        f"coefficients {verdict} (max relative difference {report.coef_max_rel_error:.1e}), "
+        f"predictions {fits} (max difference {report.prediction_max_rel_error:.1e} label SDs)"
     )
     if tree is not None:
         edges = ", ".join(f"{u}–{v}" for u, v in tree.edges())

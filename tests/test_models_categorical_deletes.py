@@ -55,3 +55,41 @@ def test_deleting_a_whole_category_keeps_later_categorical_columns_aligned():
     np.testing.assert_allclose(model.coef_, sk.coef_, rtol=1e-6, atol=1e-9)
     assert np.isclose(model.intercept_, sk.intercept_, rtol=1e-6)
     np.testing.assert_allclose(model.predict(flat), sk.predict(_design(flat, model.columns_)))
+
+
+def test_housing_stream_with_deletes_matches_sklearn_after_every_batch():
+    """The main job's model: 10 continuous and 8 categorical features over the Housing
+    star, refitted after every batch of a stream with 30% deletes."""
+    from ringml.pipelines.main_job import CATEGORICAL, CONTINUOUS, LABEL
+
+    from ringml.datasets import build_stream, final_state, housing_star
+
+    data = housing_star(postcodes=80, seed=3)
+    stream = build_stream(data.relations, batch_size=200, delete_fraction=0.3, seed=3)
+    model = JoinRegressor(
+        data.schemas, LABEL, CONTINUOUS + CATEGORICAL, CATEGORICAL, solver="cholesky"
+    )
+    fitted = checked = 0
+    for k, batch in enumerate(stream):
+        model.partial_fit(batch)
+        state = final_state(stream[: k + 1])
+        frames = [state.get(name, rows.iloc[:0]) for name, rows in data.relations.items()]
+        flat = frames[0]
+        for frame in frames[1:]:
+            flat = flat.merge(frame, on="postcode")
+        assert model.n_samples_seen_ == len(flat)
+        if flat.empty:
+            continue
+        # fitted values are unique even where coefficients are not (rank deficiency)
+        X = _design(flat, model.columns_)
+        design = np.column_stack([np.ones(len(X)), X])
+        y = flat[LABEL].to_numpy()
+        best = design @ np.linalg.lstsq(design, y, rcond=None)[0]
+        np.testing.assert_allclose(model.predict(flat), best, rtol=1e-6, atol=1e-6 * y.std())
+        fitted += 1
+        if np.linalg.cond(design) < 1e6:  # coefficients well determined: compare them too
+            sk = LinearRegression().fit(X, y)
+            np.testing.assert_allclose(model.coef_, sk.coef_, rtol=1e-6, atol=1e-6)
+            assert np.isclose(model.intercept_, sk.intercept_, rtol=1e-6)
+            checked += 1
+    assert fitted >= 12 and checked >= 3, (fitted, checked)
