@@ -111,6 +111,7 @@ class Maintainer:
         self._loading = True
         self._journal: list = []  # additions of the batch being applied, to undo on failure
         self._stores: dict[int, ViewStore] = {}
+        self._paths: dict = {}  # per atom its path, per (view, child) the siblings: cached
         self._base: dict[str, ViewStore] = {}
         self._root_payload = None
         if strategy == "fivm":  # while loading, every view a delta may probe is kept
@@ -126,6 +127,7 @@ class Maintainer:
     def __getstate__(self) -> dict:
         """Stores are keyed by node identity in memory; by node position when pickled."""
         state = self.__dict__.copy()
+        state.pop("_paths", None)  # holds stores by reference: rebuilt on first use
         nodes = self.tree.nodes()
         state["_stores"] = {
             i: self._stores[id(node)] for i, node in enumerate(nodes) if id(node) in self._stores
@@ -135,6 +137,7 @@ class Maintainer:
     def __setstate__(self, state: dict) -> None:
         stores = state.pop("_stores")
         self.__dict__.update(state)
+        self._paths = {}
         nodes = self.tree.nodes()
         self._stores = {id(nodes[i]): store for i, store in stores.items()}
 
@@ -401,6 +404,7 @@ class Maintainer:
     def _finish_loading(self) -> None:
         """Drop the views only the loading phase needed."""
         self._loading = False
+        self._paths.clear()
         if self.strategy == "fivm":
             for node in self.tree.nodes():
                 if not node.materialized:
@@ -432,6 +436,8 @@ class Maintainer:
         """The rows' payloads as a ring batch."""
         if rows.payload is None:
             n = rows.multiplicity.shape[0]
+            if (rows.multiplicity == 1).all():
+                return self.ring.batch_ones(n)
             return self.ring.batch_scale(self.ring.batch_ones(n), rows.multiplicity)
         return rows.payload
 
@@ -460,24 +466,45 @@ class Maintainer:
         return factors
 
     # ------------------------------------------------------------------ F-IVM
+    def _path(self, atom: Atom) -> tuple:
+        """The leaf, its store (or None) and ``(view, its store or None)`` up to the root:
+        fixed once loading is over, so worked out once (cleared when loading ends)."""
+        plan = self._paths.get(atom.name)
+        if plan is None:
+            leaf = self.tree.leaf(atom.name)
+            steps = tuple((node, self._stores.get(id(node))) for node in self.tree.path(atom.name))
+            plan = (leaf, self._stores.get(id(leaf)), steps)
+            self._paths[atom.name] = plan
+        return plan
+
+    def _siblings(self, node: ViewNode, child) -> tuple:
+        """``(store, keys)`` of the children of ``node`` other than ``child`` (cached)."""
+        key = (id(node), id(child))
+        siblings = self._paths.get(key)
+        if siblings is None:
+            siblings = tuple((self._stores[id(c)], c.keys) for c in node.children if c is not child)
+            self._paths[key] = siblings
+        return siblings
+
     def _propagate(self, rows: PreparedRows) -> None:
         if rows.size == 0:
             return
         for atom in self.query.atoms_of(rows.relation):
             delta = self._atom_rows(atom, rows)
-            leaf = self.tree.leaf(atom.name)
-            if id(leaf) in self._stores:
+            leaf, leaf_store, steps = self._path(atom)
+            if leaf_store is not None:
                 keys = np.column_stack([delta.codes[v] for v in leaf.keys])
                 unique, groups = group_rows(keys)
-                self._stores[id(leaf)].add(
+                leaf_store.add(
                     unique,
                     self.ring.batch_sum_by(self._payload(delta), groups, unique.shape[0]),
                     _group_sum(delta.support, groups, unique.shape[0]),
                 )
             child = leaf
-            for node in self.tree.path(atom.name):
+            for node, store in steps:
                 delta = self._step(node, child, delta)
-                store = self._stores.get(id(node))
+                if self._size(delta) == 0:  # joined nothing: no view above changes
+                    break
                 if store is not None:
                     store.add(
                         np.column_stack([delta.codes[v] for v in node.keys])
@@ -493,15 +520,19 @@ class Maintainer:
         cols: dict[str, np.ndarray],
         n: int,
         members: Sequence[tuple[ViewStore, tuple[str, ...]]],
+        stop_empty: bool = False,
     ) -> tuple[np.ndarray, dict[str, np.ndarray], list[tuple[ViewStore, np.ndarray]]]:
         """Join ``n`` rows (key columns ``cols``) with stored relations, one after the other.
 
         Returns the joined rows' index into the input rows, their key columns, and for every
-        member the slots of its matching entries.
+        member the slots of its matching entries.  ``stop_empty``: once no row is left, return
+        at once (the later members' columns and slots are then missing).
         """
         rows = np.arange(n)
         sibling_slots: list[tuple[ViewStore, np.ndarray]] = []
         for store, keys in members:
+            if stop_empty and rows.size == 0:
+                break
             known = [v for v in keys if v in cols]
             probe = (
                 np.column_stack([cols[v] for v in known])
@@ -530,10 +561,20 @@ class Maintainer:
         return rows, cols, sibling_slots
 
     def _step(self, node: ViewNode, child, delta: _Rows) -> _Rows:
-        """``δV = ⊕_marginalized (δchild ⊗ siblings ⊗ lifts)``, grouped by V's keys."""
+        """``δV = ⊕_marginalized (δchild ⊗ siblings ⊗ lifts)``, grouped by V's keys.
+
+        A delta that joins with nothing is returned as no rows (the zero delta)."""
         n = self._size(delta)
-        siblings = [(self._stores[id(c)], c.keys) for c in node.children if c is not child]
-        rows, cols, sibling_slots = self._join(dict(delta.codes), n, siblings)
+        siblings = self._siblings(node, child)
+        rows, cols, sibling_slots = self._join(dict(delta.codes), n, siblings, stop_empty=True)
+        if rows.size == 0:
+            return _Rows(
+                {v: np.zeros(0, dtype=np.int64) for v in node.keys},
+                {},
+                self.ring.batch_zeros(0),
+                None,
+                None if delta.support is None else np.zeros(0, dtype=np.int64),
+            )
         values = {v: delta.values[v][rows] for v in node.marginalized if v in delta.values}
         identity = rows.size == n and np.array_equal(rows, np.arange(n))
         factors = [store.take(slots) for store, slots in sibling_slots]
@@ -542,7 +583,8 @@ class Maintainer:
             mult = delta.multiplicity if identity else delta.multiplicity[rows]
             if not factors:
                 factors = [self.ring.batch_ones(rows.size)]
-            factors[0] = self.ring.batch_scale(factors[0], mult)
+            if not (mult == 1).all():  # inserts: scaling by 1 changes nothing
+                factors[0] = self.ring.batch_scale(factors[0], mult)
         else:
             factors.insert(
                 0, delta.payload if identity else self.ring.batch_take(delta.payload, rows)

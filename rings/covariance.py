@@ -134,6 +134,38 @@ def _disjoint_plan(ka: int, kb: int) -> _DisjointPlan:
     return _DisjointPlan(ka, kb)
 
 
+class _FusedPlan:
+    """Index maps of :meth:`CovarianceRing._fused_sum` for factors over disjoint blocks of
+    sizes ``ks``, concatenated in order into the union block."""
+
+    __slots__ = ("ks", "offsets", "column_factor", "diag", "cross")
+
+    def __init__(self, ks: tuple[int, ...]) -> None:
+        self.ks = ks
+        self.offsets = tuple(int(o) for o in np.cumsum((0,) + ks))
+        k = self.offsets[-1]
+        table = _packed_table(k)
+        self.column_factor = _frozen(np.repeat(np.arange(len(ks)), ks).astype(np.intp))
+        diag = []
+        for x, kx in enumerate(ks):
+            i, j = _triu(kx)
+            diag.append(table[self.offsets[x] + i, self.offsets[x] + j])
+        self.diag = _frozen(np.concatenate(diag).astype(np.intp)) if diag else None
+        # cross[y]: packed positions of the rows of all earlier factors x columns of y
+        cross: dict[int, np.ndarray] = {}
+        for y, ky in enumerate(ks):
+            off = self.offsets[y]
+            if ky and off:
+                cols = np.arange(off, off + ky)
+                cross[y] = _frozen(table[np.arange(off)[:, None], cols[None, :]].ravel())
+        self.cross = cross
+
+
+@lru_cache(maxsize=1024)
+def _fused_plan(ks: tuple[int, ...]) -> _FusedPlan:
+    return _FusedPlan(ks)
+
+
 @lru_cache(maxsize=4096)
 def _is_disjoint(a: Block, b: Block) -> bool:
     return set(a).isdisjoint(b)
@@ -812,7 +844,11 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
     def batch_sum_by(
         self, a: CovarianceBatch, groups: np.ndarray, n_groups: int
     ) -> CovarianceBatch:
-        """Scatter-add by group: stable sort (skipped when sorted) + ``np.add.reduceat``."""
+        """Scatter-add by group: stable sort (skipped when sorted) + ``np.add.reduceat``.
+
+        When every group is one element already in order, the result shares ``a``'s arrays
+        (batches are not changed in place, except accumulators by :meth:`batch_scatter_add`).
+        """
         self._own(a)
         a = self._fold(a)
         n = len(a.count)
@@ -838,6 +874,8 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             groups = groups[order]
             count, sums, products = a.count[order], a.sums[order], a.products[order]
         starts = np.flatnonzero(np.concatenate([[True], groups[1:] != groups[:-1]]))
+        if starts.size == n == n_groups:  # groups 0..n-1 in order: nothing to add up
+            return self._batch(a.block, count, sums, products)
         keys = groups[starts]
         out.count[keys] = np.add.reduceat(count, starts)
         if sums.shape[1]:
@@ -875,53 +913,55 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         return self._fused_sum(factors, union)
 
     def _fused_sum(self, factors: list[CovarianceBatch], union: Block) -> CovarianceBatch:
-        t = len(factors)
-        counts = [f.count for f in factors]
-        weights = [c.astype(np.float64) for c in counts]
+        """The contraction of :meth:`batch_mul_sum` over disjoint blocks, a few calls per
+        factor: exclusive prefix/suffix products of the counts give every ``w_X``; the cross
+        blocks ``Q_XY`` of all ``X < Y`` come from one matrix product per ``Y`` whose left
+        side weighs each earlier factor's sums by ``w_XY`` (kept exact as a running product
+        of counts, so the float rounding is the same as with one weight per pair)."""
+        plan = _fused_plan(tuple(len(f.block) for f in factors))
+        t, n = len(factors), len(factors[0].count)
+        out = self._zeros(1, union)
+        if n == 0:
+            return out
+        counts = np.stack([f.count for f in factors])
         total = counts[0].copy()
         for c in counts[1:]:
             total *= c
-
-        def weight(skip: set[int]) -> np.ndarray | float:
-            w: np.ndarray | float = 1.0
-            for z in range(t):
-                if z not in skip:
-                    w = weights[z] if isinstance(w, float) else w * weights[z]
-            return w
-
-        n = len(total)
-        full = np.zeros((len(union), len(union)))
-        sums = np.zeros(len(union))
-        offsets = np.cumsum([0] + [len(f.block) for f in factors])
-        w_self = [weight({x}) for x in range(t)]
+        out.count[0] = total.sum()
+        c = counts.astype(np.float64)
+        # pre[x] = prod_{z<x} c_z and suf[x] = prod_{z>x} c_z: exact for integer counts
+        pre = np.ones((t, n))
+        suf = np.ones((t, n))
+        for x in range(1, t):
+            np.multiply(pre[x - 1], c[x - 1], out=pre[x])
+            np.multiply(suf[t - x], c[t - x], out=suf[t - x - 1])
+        w = pre * suf
+        diag = []
         for x, f in enumerate(factors):
-            k = len(f.block)
-            if not k:
-                continue
-            w = w_self[x] if not isinstance(w_self[x], float) else np.ones(n)
-            lo, hi = offsets[x], offsets[x + 1]
-            sums[lo:hi] = w @ f.sums
-            i, j = _triu(k)
-            diag = full[lo:hi, lo:hi]
-            packed = w @ f.products
-            diag[i, j] = packed
-            diag[j, i] = packed
-            for y in range(x + 1, t):
-                g = factors[y]
-                if not g.block:
-                    continue
-                wxy = weight({x, y})
-                left = f.sums if isinstance(wxy, float) else f.sums * wxy[:, None]
-                cross = left.T @ g.sums
-                full[lo:hi, offsets[y] : offsets[y + 1]] = cross
-                full[offsets[y] : offsets[y + 1], lo:hi] = cross.T
-        i, j = _triu(len(union))
-        return self._batch(
-            union,
-            np.asarray([total.sum()], dtype=np.int64),
-            sums[None, :],
-            full[i, j][None, :],
-        )
+            if plan.ks[x]:
+                lo, hi = plan.offsets[x], plan.offsets[x + 1]
+                np.matmul(w[x], f.sums, out=out.sums[0, lo:hi])
+                diag.append(w[x] @ f.products)
+        products = out.products[0]
+        if diag:
+            products[plan.diag] = np.concatenate(diag) if len(diag) > 1 else diag[0]
+        if plan.cross:
+            # the sums transposed, (variables, n): every product below runs along n
+            sums_t = np.empty((plan.offsets[-1], n))
+            for x, f in enumerate(factors):
+                sums_t[plan.offsets[x] : plan.offsets[x + 1]] = f.sums.T
+            # e[x] = prod_{z<y, z!=x} c_z for the earlier factors x < y of the current y
+            e = np.ones((t, n))
+            for y in range(1, t):
+                off = plan.offsets[y]
+                if plan.ks[y] and off:
+                    weights = (e[:y] * suf[y])[plan.column_factor[:off]]
+                    np.multiply(weights, sums_t[:off], out=weights)
+                    block = weights @ sums_t[off : plan.offsets[y + 1]].T
+                    products[plan.cross[y]] = block.ravel()
+                e[:y] *= c[y]
+                e[y] = pre[y]
+        return out
 
     def batch_scatter_add(
         self, target: CovarianceBatch, slots: np.ndarray, values: CovarianceBatch
@@ -977,12 +1017,14 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         if n <= size:
             out = [None if a is None else a[:n].copy() for a in arrays]
         else:
-            out = [
-                None
-                if a is None
-                else np.concatenate([a, np.zeros((n - size,) + a.shape[1:], a.dtype)])
-                for a in arrays
-            ]
+            # np.zeros takes pages the OS zeroes lazily: only the copied part is written now
+            out = []
+            for a in arrays:
+                grown = None
+                if a is not None:
+                    grown = np.zeros((n,) + a.shape[1:], a.dtype)
+                    grown[:size] = a
+                out.append(grown)
         return self._batch(batch.block, *out)
 
     def batch_is_zero(self, a: CovarianceBatch) -> np.ndarray:
