@@ -101,13 +101,24 @@ class TupleCounts:
     @staticmethod
     def fingerprints(columns: Sequence[np.ndarray]) -> np.ndarray:
         """A 64-bit hash of every row of these columns; numbers hash by value (``1 == 1.0``)."""
+        n = columns[0].shape[0] if len(columns) else 0
+        numeric = [j for j, data in enumerate(columns) if data.dtype.kind in "iufb"]
+        # numeric columns as float64 rows of one array: one conversion each, one -0.0 fix
+        floats = np.empty((len(numeric), n))
+        for row, j in enumerate(numeric):
+            floats[row] = columns[j]
+        floats += 0.0
+        bits = floats.view(np.int64)
         hashed = []
-        for data in columns:
-            if data.dtype.kind in "iufb":
-                bits = (data.astype(np.float64) + 0.0).view(np.int64)
-                if data.dtype.kind == "i":
-                    bits = _exact_big(bits, data)
-                hashed.append(bits)
+        ints = [row for row, j in enumerate(numeric) if columns[j].dtype.kind == "i"]
+        # only integers of magnitude >= 2**53 may round in float64: check those exactly
+        if ints and n and np.abs(floats[ints]).max() >= 2.0**53:
+            for row in ints:
+                bits[row] = _exact_big(bits[row], columns[numeric[row]])
+        at = dict(zip(numeric, bits, strict=True))
+        for j, data in enumerate(columns):
+            if j in at:
+                hashed.append(at[j])
             else:
                 keys = _value_keys(data)[0]
                 ints = keys[:, 0] == _INT  # numbers in object columns hash like numeric ones
@@ -294,10 +305,11 @@ class BatchPreparer:
                 )
             data = converted.to_numpy(dtype=np.int64) if converted.dtype.kind == "i" else numeric
         if data.dtype.kind == "i":  # exact: float64 would round integers beyond 2**53
-            return data.astype(np.int64)
-        data = data.astype(np.float64)
-        bad = np.flatnonzero(~np.isfinite(data))
-        if bad.size:
+            return data.astype(np.int64, copy=False)
+        data = data.astype(np.float64, copy=False)
+        finite = np.isfinite(data)
+        if not finite.all():
+            bad = np.flatnonzero(~finite)
             value = data[bad[0]]
             raise BatchError(
                 f"relation {relation!r}, column {column!r}: feature value {value!r} is not a "

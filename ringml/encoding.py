@@ -128,6 +128,11 @@ class Dictionary:
     def encode(self, values: np.ndarray) -> np.ndarray:
         """Codes of ``values``, assigning fresh codes to unseen values."""
         values = np.asarray(values)
+        if values.dtype.kind in "iub" and _INT in self._indices:  # known integers: one lookup
+            index, slot_code = self._indices[_INT]
+            slots = index.lookup(values.astype(np.int64, copy=False)[:, None])
+            if slots.size and slots.min() >= 0:
+                return slot_code[slots]
         keys, stored = _value_keys(values)
         codes = self._lookup(keys)
         unseen = codes < 0

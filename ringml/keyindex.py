@@ -16,20 +16,27 @@ _EMPTY = -1
 _TOMBSTONE = -2
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX = np.uint64(0xBF58476D1CE4E5B9)
+_SHIFT_A = np.uint64(31)
+_SHIFT_B = np.uint64(29)
 _WINDOW = 8
 
 
 def hash_rows(keys: np.ndarray | list[np.ndarray]) -> np.ndarray:
     """64-bit mixing hash of each row of an (n, w) int64 array (or of w int64 columns)."""
     columns = list(keys) if isinstance(keys, list) else [keys[:, j] for j in range(keys.shape[1])]
-    h = np.zeros(columns[0].shape[0] if columns else keys.shape[0], dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for column in columns:
-            h ^= column.view(np.uint64)
-            h *= _GOLDEN
-            h ^= h >> np.uint64(31)
-        h *= _MIX
-        h ^= h >> np.uint64(29)
+    n = columns[0].shape[0] if columns else keys.shape[0]
+    h = np.zeros(n, dtype=np.uint64)
+    shifted = np.empty(n, dtype=np.uint64)
+    # in-place ufuncs with out=: the same arithmetic as h ^= c; h *= G; h ^= h >> 31, without
+    # a temporary array per operation
+    for column in columns:
+        np.bitwise_xor(h, column.view(np.uint64), out=h)
+        np.multiply(h, _GOLDEN, out=h)
+        np.right_shift(h, _SHIFT_A, out=shifted)
+        np.bitwise_xor(h, shifted, out=h)
+    np.multiply(h, _MIX, out=h)
+    np.right_shift(h, _SHIFT_B, out=shifted)
+    np.bitwise_xor(h, shifted, out=h)
     return h
 
 

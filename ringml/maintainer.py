@@ -575,8 +575,12 @@ class Maintainer:
                 None,
                 None if delta.support is None else np.zeros(0, dtype=np.int64),
             )
-        values = {v: delta.values[v][rows] for v in node.marginalized if v in delta.values}
         identity = rows.size == n and np.array_equal(rows, np.arange(n))
+        values = {
+            v: delta.values[v] if identity else delta.values[v][rows]
+            for v in node.marginalized
+            if v in delta.values
+        }
         factors = [store.take(slots) for store, slots in sibling_slots]
         factors += self._lift_factors(node.marginalized, cols, values, rows.size)
         if delta.payload is None:  # leaf multiplicities fold into the first factor

@@ -1046,8 +1046,10 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         """Unknown variables, non-numbers, NaN and infinities raise :class:`RingError`."""
         self.index_of(variable)
         values = np.asarray(values)
-        if values.dtype.kind == "f" and values.ndim == 1 and np.isfinite(values).all():
-            return
+        if values.ndim == 1:
+            kind = values.dtype.kind
+            if kind in "biu" or (kind == "f" and np.isfinite(values).all()):
+                return  # integers are always finite numbers
         self._column(variable, values)
 
     def _column(self, variable: str, values: Any) -> np.ndarray:
