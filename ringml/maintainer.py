@@ -581,18 +581,11 @@ class Maintainer:
             for v in node.marginalized
             if v in delta.values
         }
-        factors = [store.take(slots) for store, slots in sibling_slots]
-        factors += self._lift_factors(node.marginalized, cols, values, rows.size)
+        mult = None
         if delta.payload is None:  # leaf multiplicities fold into the first factor
             mult = delta.multiplicity if identity else delta.multiplicity[rows]
-            if not factors:
-                factors = [self.ring.batch_ones(rows.size)]
-            if not (mult == 1).all():  # inserts: scaling by 1 changes nothing
-                factors[0] = self.ring.batch_scale(factors[0], mult)
-        else:
-            factors.insert(
-                0, delta.payload if identity else self.ring.batch_take(delta.payload, rows)
-            )
+            if (mult == 1).all():  # inserts: scaling by 1 changes nothing
+                mult = None
         support = None
         if delta.support is not None:
             support = delta.support if identity else delta.support[rows]
@@ -600,13 +593,40 @@ class Maintainer:
                 support = support * store.support[slots]
         if node.keys:
             unique, groups = group_rows(np.column_stack([cols[v] for v in node.keys]))
-            payload = self.ring.batch_mul_sum(factors, groups, unique.shape[0])
+            n_groups = unique.shape[0]
             codes = {v: unique[:, j] for j, v in enumerate(node.keys)}
-            support = _group_sum(support, groups, unique.shape[0])
         else:
-            payload = self.ring.batch_mul_sum(factors)
-            codes = {}
-            support = _group_sum(support, None, 1)
+            groups, n_groups, codes = None, 1, {}
+        lifted = [v for v in node.marginalized if v in self._lifted]
+        fused = getattr(self.ring, "batch_lift_block_sum_by", None)
+        if (
+            fused is not None
+            and delta.payload is None
+            and not sibling_slots
+            and lifted
+            and self._categorical.isdisjoint(lifted)
+        ):  # leaf rows lifted and summed at once: no lifted row is materialized
+            columns = [
+                values[v] if v in values else self._dictionaries[v].numeric(cols[v]) for v in lifted
+            ]
+            payload = fused(lifted, columns, groups, n_groups, mult)
+        else:
+            factors = [store.take(slots) for store, slots in sibling_slots]
+            factors += self._lift_factors(node.marginalized, cols, values, rows.size)
+            if delta.payload is None:
+                if not factors:
+                    factors = [self.ring.batch_ones(rows.size)]
+                if mult is not None:
+                    factors[0] = self.ring.batch_scale(factors[0], mult)
+            else:
+                factors.insert(
+                    0, delta.payload if identity else self.ring.batch_take(delta.payload, rows)
+                )
+            if groups is None:
+                payload = self.ring.batch_mul_sum(factors)
+            else:
+                payload = self.ring.batch_mul_sum(factors, groups, n_groups)
+        support = _group_sum(support, groups, n_groups)
         return _Rows(codes, {}, payload, None, support)
 
     # ------------------------------------------------------------------ factorized updates

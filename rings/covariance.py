@@ -1142,6 +1142,84 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         products = np.ascontiguousarray((xt[i] * xt[jj]).T)
         return self._batch(block, np.ones(n, np.int64), x, products)
 
+    def batch_lift_block_sum_by(
+        self,
+        variables: Sequence[str],
+        columns: Sequence[np.ndarray],
+        groups: np.ndarray | None,
+        n_groups: int = 1,
+        weights: np.ndarray | None = None,
+    ) -> CovarianceBatch:
+        """``sum_by(scale(lift_block(variables, columns), weights), groups)`` in one pass.
+
+        ``columns`` holds one 1-d array per variable; ``weights`` are integer multiplicities
+        (None: all 1); ``groups=None`` sums every row into one payload.  The same float
+        operations in the same order as the three calls, so the same result, but the rows
+        are worked on variable by variable (contiguous) and no lifted row is kept.
+        """
+        variables = list(variables)
+        block = tuple(self.index_of(v) for v in variables)
+        if len(set(block)) != len(block):
+            raise RingError(f"variables lifted twice in one block: {variables}")
+        k = len(block)
+        if len(columns) != k:
+            raise RingError(f"lift of {k} variables needs {k} columns, got {len(columns)}")
+        n = len(columns[0]) if k else 0
+        if groups is None:
+            groups, n_groups = np.zeros(n, dtype=np.intp), 1
+        groups = np.asarray(groups)
+        if groups.shape != (n,) or any(np.shape(c) != (n,) for c in columns):
+            raise RingError(f"lift_block_sum_by needs {n} values and group ids per variable")
+        out = self._zeros(n_groups, block)
+        if n == 0:
+            return out
+        if groups.dtype.kind not in "iu" or groups.min() < 0 or groups.max() >= n_groups:
+            raise RingError(f"group ids must be integers in [0, {n_groups})")
+        x = np.empty((k, n))  # x[p]: the values of variables[p]
+        for p, column in enumerate(columns):
+            column = np.asarray(column)
+            x[p] = column if column.dtype.kind in "biuf" else np.nan
+        if not np.isfinite(x).all():
+            for p, v in enumerate(variables):  # validate every column, naming the bad value
+                x[p] = self._column(v, columns[p])
+        shifts = self._shifts[list(block)]
+        if np.isnan(shifts).any():
+            for p, j in enumerate(block):  # fix the shifts still open from this batch
+                if math.isnan(self._shifts[j]):
+                    self._shifted(j, x[p])
+            shifts = self._shifts[list(block)]
+        x -= shifts[:, None]
+        if weights is not None:
+            weights = np.asarray(weights)
+            if weights.shape != (n,) or weights.dtype.kind not in "iub":
+                raise RingError(f"lift_block_sum_by needs {n} integer weights")
+            weights = weights.astype(np.int64, copy=False)
+        if n > 1 and not (groups[1:] >= groups[:-1]).all():
+            order = np.argsort(groups, kind="stable")
+            groups, x = groups[order], x[:, order]
+            weights = None if weights is None else weights[order]
+        products = np.empty((_plen(k), n))
+        at = 0
+        for r in range(k):  # row r of the packed triangle: x_r * x_r.. (as lift_block's)
+            np.multiply(x[r], x[r:], out=products[at : at + k - r])
+            at += k - r
+        if weights is not None:
+            w = weights.astype(np.float64)
+            x *= w  # as batch_scale: each lifted entry times its multiplicity
+            products *= w
+        starts = np.flatnonzero(np.concatenate(([True], groups[1:] != groups[:-1])))
+        keys = groups[starts]
+        if weights is None:
+            out.count[keys] = np.diff(np.append(starts, n))
+        else:
+            out.count[keys] = np.add.reduceat(weights, starts)
+        if starts.size < n:
+            x = np.add.reduceat(x, starts, axis=1)
+            products = np.add.reduceat(products, starts, axis=1)
+        out.sums[keys] = x.T
+        out.products[keys] = products.T
+        return out
+
     # -------------------------------------------------------------- serialization
     def batch_to_bytes(self, batch: CovarianceBatch) -> bytes:
         self._own(batch)
