@@ -575,6 +575,43 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         """Equality independent of block order; missing variables count as zero entries."""
         return _payload_equal(a, b, rtol, atol)
 
+    def reshift(
+        self, payload: CovariancePayload, shifts: Mapping[str, float] | Sequence[float]
+    ) -> CovariancePayload:
+        """Re-express a payload made with other shifts ``a`` around this ring's shifts ``h``.
+
+        ``payload`` holds the moments of ``x − a`` (``shifts``: one per ring variable in
+        global order, or a mapping name -> shift; NaN or missing count as 0, as in
+        serialized payloads); it may belong to another instance of an equal ring, e.g. a
+        shard's.  With ``d = a − h`` the result, owned by this ring, is
+        ``(c, s + c d, Q + s dᵀ + d sᵀ + c d dᵀ)``.  A shift still open here is first fixed
+        to the payload's (so ``d = 0`` for it), as :meth:`from_bytes` does.
+        """
+        rid = payload.ring_id
+        other = _RINGS.get(rid) if rid is not None and rid != self._id else None
+        if other is not None and other != self:
+            raise RingError(f"payloads of different covariance rings: {self!r} and {other!r}")
+        self._check_block(payload.block)
+        if isinstance(shifts, Mapping):
+            source = np.full(self.m, np.nan)
+            for name, value in shifts.items():
+                source[self.index_of(name)] = float(value)
+        else:
+            source = np.asarray(shifts, dtype=np.float64).reshape(-1)
+            if source.shape != (self.m,):
+                raise RingError(f"reshift needs {self.m} shifts, got {source.shape[0]}")
+        block = list(payload.block)
+        a = source[block]
+        for v, h in zip(block, a, strict=True):
+            if math.isnan(self._shifts[v]) and math.isfinite(h):
+                self._shifts[v] = h
+        d = np.nan_to_num(a, nan=0.0) - np.nan_to_num(self._shifts[block], nan=0.0)
+        c = float(payload.count)
+        sums = payload.sums + c * d
+        cross = np.outer(payload.sums, d)
+        products = payload.products + (cross + cross.T) + c * np.outer(d, d)  # symmetric
+        return self._payload(payload.block, payload.count, sums, products)
+
     def to_bytes(self, a: CovariancePayload) -> bytes:
         self._own(a)
         i, j = _triu(len(a.block))
@@ -981,6 +1018,9 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             lo = target.sums_lo is not None
             target = self._batch(union, target.count.copy(), *self._pad(target, union, lo))
         sums, products = self._pad(values, union)
+        m = slots.size
+        if m and slots[-1] - slots[0] == m - 1 and (m < 3 or (np.diff(slots) == 1).all()):
+            slots = slice(int(slots[0]), int(slots[0]) + m)  # consecutive: work on views
         target.count[slots] += values.count
         if target.sums_lo is None:
             target.sums[slots] += sums
@@ -993,7 +1033,10 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             a = hi[slots]
             s = a + add
             bb = s - a
-            err = (a - (s - bb)) + (add - bb)
+            err = s - bb  # err = (a - (s - bb)) + (add - bb), TwoSum's rounding error
+            np.subtract(a, err, out=err)
+            np.subtract(add, bb, out=bb)
+            err += bb
             hi[slots] = s
             lo[slots] += err
         return target

@@ -573,3 +573,34 @@ def test_pickled_ring_keeps_its_payloads():
     assert product.block == (0, 1)
     mask = ring2.batch_take(product, np.array([False, True]))
     assert ring2.batch_len(mask) == 1 and mask.sums[0, 0] == batch.sums[1, 0]
+
+
+def test_reshift_combines_payloads_made_with_different_shifts():
+    """Shards pick their own shifts; re-centring one ring's payload on another's shifts
+    (count, Σx, Σxxᵀ) lets them be added, and equals the payload lifted there directly."""
+    rng = np.random.default_rng(4)
+    x = rng.normal([3e5, -40.0, 7.0], [3.0, 1.0, 0.5], (400, 3))
+    names = ["u", "v", "w"]
+    first, second = CovarianceRing(names), CovarianceRing(names)
+    a = first.batch_sum(first.batch_lift_block(names, x[:150]))
+    b = second.batch_sum(second.batch_lift_block(["w", "u", "v"], x[150:][:, [2, 0, 1]]))
+    assert not np.array_equal(first.shifts, second.shifts)
+    moved = first.reshift(b, second.shifts)
+    assert moved.block == (2, 0, 1) and first.moments(moved)[0] == 250
+    count, sums, products = first.moments(first.add(a, moved))
+    assert count == 400
+    np.testing.assert_allclose(sums, x.sum(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(products, x.T @ x, rtol=1e-12)
+    direct = first.batch_sum(first.batch_lift_block(names, x))
+    back = second.reshift(direct, dict(zip(names, first.shifts, strict=True)))
+    np.testing.assert_allclose(second.moments(back)[2], x.T @ x, rtol=1e-12)
+    # an open shift is adopted (nothing to move), and the source shifts must fit the ring
+    fresh = CovarianceRing(names)
+    part = second.batch_sum(second.batch_lift("u", x[150:, 0]))
+    same = fresh.reshift(part, second.shifts)
+    assert fresh.shifts[0] == second.shifts[0] and np.isnan(fresh.shifts[1])
+    assert fresh.equal(same, part)
+    with pytest.raises(RingError, match="3 shifts"):
+        first.reshift(moved, [0.0])
+    with pytest.raises(RingError, match="different covariance rings"):
+        CovarianceRing(["u", "v", "w", "z"]).reshift(moved, first.shifts)
