@@ -541,8 +541,12 @@ class Maintainer:
             )
             if len(known) == len(keys):
                 slots = store.lookup(probe)
-                selected = np.flatnonzero(slots >= 0)
-                slots = slots[selected]
+                found = slots >= 0
+                if found.all():  # every row matches once: the rows stay as they are
+                    selected = None
+                else:
+                    selected = np.flatnonzero(found)
+                    slots = slots[selected]
             elif known:
                 positions = tuple(keys.index(v) for v in known)
                 selected, slots = store.matches(positions, probe)
@@ -550,7 +554,9 @@ class Maintainer:
                 live = store.index.live_slots()
                 selected = np.repeat(np.arange(rows.size), live.size)
                 slots = np.tile(live, rows.size)
-            if selected.size != rows.size or not np.array_equal(selected, np.arange(rows.size)):
+            if selected is not None and (
+                selected.size != rows.size or not np.array_equal(selected, np.arange(rows.size))
+            ):
                 rows = rows[selected]
                 cols = {v: c[selected] for v, c in cols.items()}
                 sibling_slots = [(s, sl[selected]) for s, sl in sibling_slots]

@@ -14,24 +14,35 @@ from .keyindex import KeyIndex
 from .rings.base import Ring
 
 
+def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` of a 1-d array; no sort when it is sorted."""
+    if values.size > 1 and (values[1:] >= values[:-1]).all():
+        change = values[1:] != values[:-1]
+        inverse = np.zeros(values.size, dtype=np.intp)
+        np.cumsum(change, out=inverse[1:])
+        return values[np.concatenate(([True], change))], inverse
+    unique, inverse = np.unique(values, return_inverse=True)
+    return unique, inverse.ravel()
+
+
 def group_rows(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Unique rows of an (n, w) int64 array and the group id of every row."""
     n, w = columns.shape
     if w == 0:
         return np.zeros((1 if n else 0, 0), dtype=np.int64), np.zeros(n, dtype=np.int64)
     if w == 1:
-        unique, inverse = np.unique(columns[:, 0], return_inverse=True)
-        return unique[:, None], inverse.ravel()
+        unique, inverse = _unique_inverse(columns[:, 0])
+        return unique[:, None], inverse
     if n and columns.min() >= 0:  # dense codes: pack each row into one int64 and sort that
         bits = [max(int(c).bit_length(), 1) for c in columns.max(axis=0)]
         if sum(bits) <= 63:
             # the first column in the highest bits: groups come out in lexicographic order
             shifts = (sum(bits) - np.cumsum(bits)).astype(np.int64)
             packed = (columns << shifts).sum(axis=1)
-            unique_packed, inverse = np.unique(packed, return_inverse=True)
+            unique_packed, inverse = _unique_inverse(packed)
             masks = (np.int64(1) << np.asarray(bits, dtype=np.int64)) - 1
             unique = (unique_packed[:, None] >> shifts) & masks
-            return unique, inverse.ravel()
+            return unique, inverse
     unique, inverse = np.unique(columns, axis=0, return_inverse=True)
     return unique, inverse.ravel()
 
