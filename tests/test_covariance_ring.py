@@ -388,6 +388,95 @@ def test_fused_mul_sum_equals_materialized(n_factors):
         assert ring.equal(g, h)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_fused_mul_sum_with_zero_negative_counts_and_empty_blocks(seed):
+    """Exact for integer entries whatever the counts (0 and < 0 included), the empty block
+    anywhere in the factor list, and no rows at all."""
+    rng = np.random.default_rng(seed)
+    sizes = [int(k) for k in rng.integers(0, 4, rng.integers(1, 7))]
+    names = [f"x{i}" for i in range(sum(sizes) + 1)]
+    ring = CovarianceRing(names, shift=False)
+    perm = list(rng.permutation(len(names)))
+    for n in (0, 1, 37):
+        factors, at = [], 0
+        for k in sizes:
+            block = tuple(int(v) for v in perm[at : at + k])
+            at += k
+            count = rng.integers(-2, 3, n)
+            sums = rng.integers(-5, 6, (n, k)).astype(float)
+            products = rng.integers(-5, 6, (n, k * (k + 1) // 2)).astype(float)
+            factors.append(CovarianceBatch(block, count, sums, products, ring_id=ring._id))
+        fused = ring.batch_to_list(ring.batch_mul_sum(factors))[0]
+        expected = ring.batch_sum(reduce(ring.batch_mul, factors))
+        assert fused.block == tuple(v for f in factors for v in f.block)
+        assert fused.count == expected.count
+        assert ring.equal(fused, expected)
+
+
+@pytest.mark.parametrize("sorted_groups", [True, False])
+@pytest.mark.parametrize("weighted", [True, False])
+def test_lift_block_sum_by_equals_lift_scale_sum(sorted_groups, weighted):
+    rng = np.random.default_rng(7)
+    names = ["p", "q", "r", "s"]
+    order = ["s", "p", "r"]
+    n = 200
+    columns = [rng.normal(100.0, 7.0, n), rng.integers(0, 9, n), rng.normal(-3.0, 1.0, n)]
+    groups = rng.integers(0, 30, n)
+    if sorted_groups:
+        groups = np.sort(groups)
+    weights = rng.integers(-2, 4, n) if weighted else None
+    fused_ring, plain_ring = CovarianceRing(names), CovarianceRing(names)
+    fused = fused_ring.batch_lift_block_sum_by(order, columns, groups, 31, weights)
+    lifted = plain_ring.batch_lift_block(order, np.column_stack(columns))
+    if weighted:
+        lifted = plain_ring.batch_scale(lifted, weights)
+    plain = plain_ring.batch_sum_by(lifted, groups, 31)
+    assert fused.block == plain.block == (3, 0, 2)
+    np.testing.assert_array_equal(fused_ring.shifts, plain_ring.shifts)
+    np.testing.assert_array_equal(fused.count, plain.count)
+    np.testing.assert_array_equal(fused.sums, plain.sums)  # same operations, same order
+    np.testing.assert_array_equal(fused.products, plain.products)
+    # one group per row in order, and everything in one group
+    ring = CovarianceRing(names, shift=False)
+    x = [np.arange(5.0), np.arange(5.0) ** 2]
+    each = ring.batch_lift_block_sum_by(["p", "q"], x, np.arange(5), 5)
+    np.testing.assert_array_equal(each.sums, np.column_stack(x))
+    np.testing.assert_array_equal(each.count, np.ones(5))
+    total = ring.batch_to_list(ring.batch_lift_block_sum_by(["p", "q"], x, None))[0]
+    assert total.count == 5 and list(total.sums) == [10.0, 30.0]
+    assert total.products[0, 1] == float(np.sum(x[0] * x[1]))
+    empty = ring.batch_lift_block_sum_by(["p"], [np.zeros(0)], np.zeros(0, np.int64), 2)
+    assert ring.batch_is_zero(empty).all() and ring.batch_len(empty) == 2
+
+
+def test_lift_block_sum_by_names_bad_values():
+    ring = CovarianceRing(["a", "b"])
+    groups = np.zeros(2, dtype=np.int64)
+    with pytest.raises(RingError, match=r"cannot lift nan into continuous variable 'b'"):
+        ring.batch_lift_block_sum_by(["a", "b"], [np.ones(2), np.array([1.0, np.nan])], groups)
+    with pytest.raises(RingError, match=r"cannot lift 'x'"):
+        ring.batch_lift_block_sum_by(["a"], [np.array(["x", "y"], dtype=object)], groups)
+    with pytest.raises(RingError, match="lifted twice"):
+        ring.batch_lift_block_sum_by(["a", "a"], [np.ones(2), np.ones(2)], groups)
+    with pytest.raises(RingError, match="group ids"):
+        ring.batch_lift_block_sum_by(["a"], [np.ones(2)], np.array([0, 3]), 2)
+    assert np.isnan(ring.shifts).all()  # nothing was fixed by the rejected lifts
+
+
+def test_scatter_add_consecutive_and_scattered_slots_agree():
+    ring = CovarianceRing(["x", "y"], shift=False)
+    rng = np.random.default_rng(3)
+    values = ring.batch_lift_block(["x", "y"], rng.normal(0, 1e8, (6, 2)))
+    by_view = ring.batch_scatter_add(ring.batch_accumulator(10, (0, 1)), np.arange(2, 8), values)
+    order = rng.permutation(6)
+    by_index = ring.batch_scatter_add(
+        ring.batch_accumulator(10, (0, 1)), np.arange(2, 8)[order], ring.batch_take(values, order)
+    )
+    for a, b in [(by_view.sums, by_index.sums), (by_view.products_lo, by_index.products_lo)]:
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(by_view.count, by_index.count)
+
+
 def test_sum_by_unsorted_groups_and_empty_groups():
     ring = CovarianceRing(["x"], shift=False)
     lifted = ring.batch_lift("x", np.array([1.0, 2.0, 3.0, 4.0]))
