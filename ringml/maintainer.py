@@ -455,6 +455,9 @@ class Maintainer:
         columns = {}
         for v in continuous:
             columns[v] = values[v] if v in values else self._dictionaries[v].numeric(codes[v])
+        many = getattr(self.ring, "batch_lift_many", None)
+        if many is not None and len(lifted) > 1:  # the product of the lifts, built at once
+            return [many(lifted, [columns[v] if v in columns else codes[v] for v in lifted])]
         block = getattr(self.ring, "batch_lift_block", None)
         if block is not None and len(continuous) > 1:
             factors.append(block(continuous, np.column_stack([columns[v] for v in continuous])))

@@ -676,6 +676,29 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         if len(value) == 0:
             return _EMPTY_I, _EMPTY_I, _EMPTY_I, _EMPTY_I, _EMPTY_F
         re = rows * self.n_entries + entry
+        merged = self._merge_keys(re, key1, key2)
+        if merged is not None:  # one stable sort of one integer key (same order as lexsort)
+            order = np.argsort(merged, kind="stable")
+            merged = merged[order]
+            rows, entry, key1, key2, value = (
+                rows[order],
+                entry[order],
+                key1[order],
+                key2[order],
+                value[order],
+            )
+            new = np.empty(len(merged), dtype=bool)
+            new[0] = True
+            np.not_equal(merged[1:], merged[:-1], out=new[1:])
+            if not new.all():
+                starts = np.flatnonzero(new)
+                value = np.add.reduceat(value, starts)
+                rows, entry, key1, key2 = rows[starts], entry[starts], key1[starts], key2[starts]
+            keep = value != 0
+            if not keep.all():
+                rows, entry, key1, key2 = rows[keep], entry[keep], key1[keep], key2[keep]
+                value = value[keep]
+            return rows, entry, key1, key2, value
         order = np.lexsort((key2, key1, re))
         re, key1, key2, value = re[order], key1[order], key2[order], value[order]
         new = np.empty(len(re), dtype=bool)
@@ -692,6 +715,18 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             re, key1, key2, value = re[keep], key1[keep], key2[keep], value[keep]
         rows, entry = np.divmod(re, self.n_entries)
         return rows, entry, key1, key2, value
+
+    @staticmethod
+    def _merge_keys(re: np.ndarray, key1: np.ndarray, key2: np.ndarray) -> np.ndarray | None:
+        """``(re * K1 + key1) * K2 + key2``: one int64 that orders like ``(re, key1, key2)``,
+        or None when some part is negative or the product of the ranges passes 2**63."""
+        k1 = int(key1.max()) + 1
+        k2 = int(key2.max()) + 1
+        if min(int(re.min()), int(key1.min()), int(key2.min())) < 0:
+            return None
+        if (int(re.max()) + 1) * k1 * k2 >= 2**63:
+            return None
+        return (re * k1 + key1) * k2 + key2
 
     def _check_batch(self, a: GCBatch) -> None:
         if not isinstance(a, GCBatch):
@@ -1027,6 +1062,8 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         target.count[slots] += values.count
         target.sums[slots] += values.sums
         target.prods[slots] += values.prods
+        if values.nnz and target.nnz and self._merge_into(target, slots, values):
+            return target
         if values.nnz:
             cols = self._coalesce(
                 np.concatenate([target.rows, slots[values.rows]]),
@@ -1037,6 +1074,57 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             )
             target.rows, target.entry, target.key1, target.key2, target.value = cols
         return target
+
+    def _merge_into(self, target: GCBatch, slots: np.ndarray, values: GCBatch) -> bool:
+        """Merge ``values``' sparse entries (rows mapped through unique ``slots``) into the
+        coalesced table of ``target`` without sorting it again: every entry gets one
+        integer key ``((row * entries + entry) * K1 + key1) * K2 + key2`` that orders like
+        ``(row, entry, key1, key2)``; the delta is sorted, located by binary search, added to
+        the entries it meets and inserted where it meets none, and cancelled entries are
+        dropped.  False (nothing done) when the keys would not fit in 63 bits."""
+        rows = slots[values.rows]
+        k1 = int(max(target.key1.max(), values.key1.max())) + 1
+        k2 = int(max(target.key2.max(), values.key2.max())) + 1
+        low = min(int(target.key1.min()), int(values.key1.min()))
+        low = min(low, int(target.key2.min()), int(values.key2.min()))
+        span = max(len(target), 1) * self.n_entries * k1 * k2
+        if low < 0 or span >= 2**63:
+            return False
+
+        def merge_key(r: np.ndarray, e: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return ((r * self.n_entries + e) * k1 + a) * k2 + b
+
+        have = merge_key(target.rows, target.entry, target.key1, target.key2)
+        key = merge_key(rows, values.entry, values.key1, values.key2)
+        order = np.argsort(key, kind="stable")
+        key, value = key[order], values.value[order]
+        new = np.empty(len(key), dtype=bool)
+        new[0] = True
+        np.not_equal(key[1:], key[:-1], out=new[1:])
+        if not new.all():  # repeated entries in the delta: add them up first
+            starts = np.flatnonzero(new)
+            key, value = key[starts], np.add.reduceat(value, starts)
+            order = order[starts]
+        pos = np.searchsorted(have, key)
+        hit = pos < len(have)
+        hit[hit] = have[pos[hit]] == key[hit]
+        if hit.any():
+            target.value[pos[hit]] += value[hit]
+        fresh = ~hit & (value != 0)
+        if fresh.any():
+            at, take = pos[fresh], order[fresh]
+            target.rows = np.insert(target.rows, at, rows[take])
+            target.entry = np.insert(target.entry, at, values.entry[take])
+            target.key1 = np.insert(target.key1, at, values.key1[take])
+            target.key2 = np.insert(target.key2, at, values.key2[take])
+            target.value = np.insert(target.value, at, value[fresh])
+        if hit.any():
+            keep = target.value != 0
+            if not keep.all():
+                target.rows, target.entry = target.rows[keep], target.entry[keep]
+                target.key1, target.key2 = target.key1[keep], target.key2[keep]
+                target.value = target.value[keep]
+        return True
 
     def batch_clear(self, target: GCBatch, slots: np.ndarray) -> GCBatch:
         self._check_batch(target)
@@ -1097,6 +1185,81 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         b.key1 = np.repeat(codes, 2)
         b.key2 = np.zeros(2 * n, dtype=np.int64)
         b.value = np.ones(2 * n)
+        return b
+
+    def batch_lift_many(self, variables: Sequence[str], columns: Sequence[np.ndarray]) -> GCBatch:
+        """The product of the lifts of several distinct variables of the same rows, built
+        directly: continuous ``x_i`` fill ``s_i`` and ``Q_ii'``, categorical codes ``x_j`` give
+        ``s_j``, ``Q_jj`` (value 1), ``Q_ij`` (value ``x_i``, keyed ``x_j``) and ``Q_jk``
+        (value 1, keyed ``(x_j, x_k)``); no product of full batches is formed.  Columns are
+        floats for continuous variables and integer codes for categorical ones, as for
+        :meth:`batch_lift`; variables the ring does not know lift to one."""
+        variables = list(variables)
+        if len(columns) != len(variables):
+            raise RingError(f"{len(variables)} variables need as many columns, got {len(columns)}")
+        known = [(v, np.asarray(c).reshape(-1)) for v, c in zip(variables, columns, strict=True)]
+        if not known:
+            raise RingError("batch_lift_many needs at least one variable")
+        n = len(known[0][1])
+        if any(len(c) != n for _, c in known):
+            raise RingError("batch_lift_many needs columns of equal length")
+        known = [(v, c) for v, c in known if v in self._index]
+        index = [self._index[v] for v, _ in known]
+        if len(set(index)) != len(index):
+            raise RingError(f"variables lifted twice in one block: {variables}")
+        p, q = self._p, self._q
+        cont: list[tuple[int, np.ndarray]] = []
+        cat: list[tuple[int, np.ndarray]] = []
+        for (v, c), i in zip(known, index, strict=True):
+            if i < p:
+                cont.append((i, self._continuous_column(v, c)))
+            else:
+                cat.append((i - p, self._code_column(v, c)))
+        cont.sort(key=lambda item: item[0])
+        cat.sort(key=lambda item: item[0])
+        b = self.batch_ones(n)
+        for i, x in cont:
+            b.sums[:, i] = x
+            for i2, x2 in cont:
+                if i2 >= i:
+                    b.prods[:, self._pack_pos[i, i2]] = x * x2
+        if not cat or n == 0:
+            return b
+        # one sparse entry per (row, entry id): columns in increasing entry id, rows outer
+        entries: list[tuple[int, np.ndarray, np.ndarray | None, np.ndarray | None]] = []
+        for j, code in cat:
+            entries.append((j, code, None, None))  # s_j
+            entries.append((self._off_d + j, code, None, None))  # Q_jj
+            for i, x in cont:
+                entries.append((self._off_x + i * q + j, code, None, x))  # Q_ij
+        for a, (j, cj) in enumerate(cat):
+            for k, ck in cat[a + 1 :]:
+                entries.append((int(self._pair_id[j, k]), cj, ck, None))  # Q_jk, j < k
+        entries.sort(key=lambda e: e[0])
+        width = len(entries)
+        entry = np.empty((n, width), dtype=np.int64)
+        key1 = np.empty((n, width), dtype=np.int64)
+        key2 = np.zeros((n, width), dtype=np.int64)
+        value = np.ones((n, width))
+        for t, (e, k1, k2, x) in enumerate(entries):
+            entry[:, t] = e
+            key1[:, t] = k1
+            if k2 is not None:
+                key2[:, t] = k2
+            if x is not None:
+                value[:, t] = x
+        rows = np.repeat(np.arange(n, dtype=np.int64), width)
+        entry, key1, key2, value = entry.ravel(), key1.ravel(), key2.ravel(), value.ravel()
+        keep = value != 0  # coalesced tables hold no zeros (x_i = 0 in Q_ij)
+        if not keep.all():
+            rows, entry, key1, key2, value = (
+                rows[keep],
+                entry[keep],
+                key1[keep],
+                key2[keep],
+                value[keep],
+            )
+        b.rows, b.entry, b.key1, b.key2, b.value = rows, entry, key1, key2, value
         return b
 
     @staticmethod
