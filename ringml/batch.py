@@ -66,6 +66,23 @@ def _frame(rows) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _column_arrays(frame: pd.DataFrame, columns: Sequence[str]) -> list[np.ndarray]:
+    """The values of ``columns`` as numpy arrays, as ``frame[c].to_numpy()`` gives them.
+
+    A new batch's frame has no cached columns, and ``frame[c]`` builds a Series per column
+    (most of the cost of reading a batch); numpy-backed columns are read by position from
+    the frame's blocks instead, other columns (extension dtypes) through ``to_numpy``.
+    """
+    read = getattr(frame, "_get_column_array", None)  # pandas 2.x
+    if read is None or not frame.columns.is_unique:
+        return [frame[c].to_numpy() for c in columns]
+    arrays = []
+    for c, at in zip(columns, frame.columns.get_indexer(columns), strict=True):
+        data = read(at)
+        arrays.append(data if type(data) is np.ndarray else frame[c].to_numpy())
+    return arrays
+
+
 @dataclass
 class PreparedRows:
     """A validated batch: codes per encoded column, floats per lifted column, multiplicities."""
@@ -234,13 +251,13 @@ class BatchPreparer:
                 relation,
                 "multiplicity",
             )
-        if list(frame.columns) != list(columns):
-            frame = frame[list(columns)]
         if relation in self.query.filters:
+            if list(frame.columns) != list(columns):
+                frame = frame[list(columns)]
             mask = np.asarray(self.query.filters[relation](frame), dtype=bool)
             frame, signs = frame[mask], signs[mask]
         prepared = PreparedRows(relation, len(frame), multiplicity=signs)
-        arrays = [frame[c].to_numpy() for c in columns]
+        arrays = _column_arrays(frame, columns)
         self._convert(relation, dict(zip(columns, arrays, strict=True)), prepared)
         if self.counts is not None and len(frame):
             counts = self.counts[relation]
@@ -265,7 +282,9 @@ class BatchPreparer:
                 relation,
             )
         prepared = PreparedRows(relation, len(frame), multiplicity=np.ones(len(frame), np.int64))
-        self._convert(relation, {c: frame[c].to_numpy() for c in frame.columns}, prepared)
+        columns = list(frame.columns)
+        arrays = _column_arrays(frame, columns)
+        self._convert(relation, dict(zip(columns, arrays, strict=True)), prepared)
         return prepared
 
     def _convert(
