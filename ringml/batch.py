@@ -74,11 +74,13 @@ def _column_arrays(frame: pd.DataFrame, columns: Sequence[str]) -> list[np.ndarr
     the frame's blocks instead, other columns (extension dtypes) through ``to_numpy``.
     """
     read = getattr(frame, "_get_column_array", None)  # pandas 2.x
-    if read is None or not frame.columns.is_unique:
+    names = frame.columns.tolist()
+    position = {name: at for at, name in enumerate(names)}
+    if read is None or len(position) != len(names):
         return [frame[c].to_numpy() for c in columns]
     arrays = []
-    for c, at in zip(columns, frame.columns.get_indexer(columns), strict=True):
-        data = read(at)
+    for c in columns:
+        data = read(position[c])
         arrays.append(data if type(data) is np.ndarray else frame[c].to_numpy())
     return arrays
 
