@@ -11,24 +11,32 @@ Design (``ARCHITECTURE.md``, "Backends"):
   key to the engine — land on the same shard), computed the same way in every process.
 * **Shards.**  A shard is an ordinary local :class:`ringml.Maintainer` over the shard's
   tuples (same query, same variable order).  One batch is one Spark job that stays
-  columnar: ``mapInArrow`` routes each relation's rows (Spark input; pandas input is
-  routed on the driver) and packs them into one Arrow IPC blob per input partition and
-  shard; the blobs of all relations are shuffled to their shard (each shard has its own
-  partition) and ``groupBy(shard).applyInArrow`` hands them to the shard, which loads its
-  state, applies the batch atomically with the local engine, writes its new state and
-  returns its root payload (``ring.to_bytes``; grouped queries: ``(group, bytes)`` pairs).
+  columnar: ``mapInArrow`` routes each relation's rows (Spark input, read by at most as
+  many map tasks as there are cores; pandas input is routed on the driver) and packs them
+  into one Arrow IPC blob per input partition and shard; the blobs of all relations are
+  shuffled to their shard (each shard has its own partition: the shard column holds, per
+  shard, an int that Spark's hash partitioner sends there, found on the driver with
+  Spark's Murmur3 hash, no job) and ``groupBy(shard).applyInArrow`` hands them to the
+  shard, which loads its state, applies the batch atomically with the local engine, writes
+  its new state and returns its root payload (``ring.to_bytes``; grouped queries:
+  ``(group, bytes)`` pairs).
 * **State between batches.**  Each shard's maintainer is stored as versioned snapshots
   ``<state_dir>/shard-<s>/v<seq>.pkl`` written by the executors; Python workers also cache
   the last version they produced, so a shard that comes back to the same worker skips the
   read.  The driver holds only the shards' root payloads and a manifest (``seq``, the
-  committed version of every shard, their roots, the ring's shifts) that it replaces
-  atomically after all shards succeeded.  A failing shard (bad data, a crashed task) makes
+  committed version of every shard, their roots, the ring's shifts, the last applied
+  ``batch_id`` and a small ``meta`` dict) that it replaces atomically after all shards
+  succeeded: that replace is the commit.  A failing shard (bad data, a crashed task) makes
   the driver discard the staged versions: batches are atomic across shards, and a retried
-  task recomputes from the committed version (idempotent).
-* **Shifts.**  Covariance rings fix a per-variable shift at the first lift; shards must
-  agree, so the driver fixes a variable's shift (the mean of its first batch, rounded to
-  float32 like the ring does) before any shard lifts it and ships the shifts with every
-  batch.
+  task recomputes from the committed version (idempotent).  The :class:`BatchError` the
+  driver raises names the relation, column and value of the first failing shard's error,
+  so a caller can drop the offending rows and retry (``spark_stream``'s dead letters do).
+* **Shifts.**  Covariance rings fix a per-variable shift at the first lift.  Every shard
+  fixes its own (the mean of the first values it lifts), so no driver-side pass over the
+  data is needed; a shard's root payload carries its shifts, and the driver re-centres
+  every shard root on the driver ring's shifts (``CovarianceRing.reshift``, exact algebra
+  on count, Σx and Σxxᵀ) before summing.  The driver ring adopts, for each variable still
+  open, the shift of the lowest shard that lifted it, and records it in the manifest.
 * **Bulk load** (:meth:`DistributedMaintainer.load`) takes Spark or pandas DataFrames and
   goes through the same path (static relations are ``load``-ed, others inserted).
 
@@ -86,7 +94,8 @@ _MANIFEST = "manifest.pkl"
 _FORMAT = 1
 _VERSION = re.compile(r"^v(\d{12})\.pkl$")
 _RESULT_SCHEMA = (
-    "shard int, status string, message string, payload binary, rows long, seconds double"
+    "shard int, status string, message string, payload binary, rows long, seconds double, "
+    "detail binary"
 )
 
 # per Python worker: (state_dir, shard) -> (version, maintainer) of the last version it made
@@ -167,6 +176,35 @@ def _normal_key(value):
     return value
 
 
+def _spark_hash_int(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of an int column (Murmur3 x86_32 ``hashInt``, seed 42), signed."""
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k1 = rotl((value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF, 15) * 0x1B873593 & 0xFFFFFFFF
+    h1 = (rotl(seed ^ k1, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h1 ^= 4  # length in bytes
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & 0xFFFFFFFF
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & 0xFFFFFFFF
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
+
+
+def _partition_keys(shards: int) -> list[int]:
+    """For each partition ``s`` of ``repartition(shards, col)`` on an int column, the
+    smallest non-negative int that Spark's hash partitioner (``pmod(hash(col), shards)``)
+    sends there."""
+    first: dict[int, int] = {}
+    key = 0
+    while len(first) < shards:
+        first.setdefault(_spark_hash_int(key) % shards, key)
+        key += 1
+    return [first[s] for s in range(shards)]
+
+
 class _Packer:
     """Runs in ``mapInArrow`` over one relation: routes its rows to shards and emits, per
     shard, one Arrow IPC blob (rows stay columnar through the shuffle)."""
@@ -227,7 +265,6 @@ class _ShardTask:
     seq: int
     versions: dict[int, int]
     shard_of: dict[int, int]  # shard column value -> shard id
-    shifts: dict[str, float]
     layouts: list[_Layout]
     free: bool
     cache: bool = True
@@ -239,7 +276,6 @@ class _ShardTask:
         rows = 0
         try:
             maintainer = self._state(shard)
-            self._fix_shifts(maintainer)
             received: dict[str, list[pa.Table]] = {}
             rows = 0
             for relation, blob in zip(
@@ -273,10 +309,12 @@ class _ShardTask:
             if self.cache:
                 _remember((self.state_dir, shard), self.seq, maintainer)
             status, message = "ok", ""
+            detail = b""
         except Exception as error:  # noqa: BLE001 - reported to the driver, batch aborted
             _SHARD_CACHE.pop((self.state_dir, shard), None)
             payload, status = b"", "error"
             message = f"shard {shard}: {type(error).__name__}: {error}"
+            detail = _error_detail(error)
         return pa.table(
             {
                 "shard": pa.array([shard], pa.int32()),
@@ -285,6 +323,7 @@ class _ShardTask:
                 "payload": pa.array([payload], pa.binary()),
                 "rows": pa.array([rows], pa.int64()),
                 "seconds": pa.array([time.perf_counter() - started], pa.float64()),
+                "detail": pa.array([detail], pa.binary()),
             }
         )
 
@@ -298,10 +337,17 @@ class _ShardTask:
         with open(_version_path(self.state_dir, shard, version), "rb") as handle:
             return restore_maintainer(handle.read())
 
-    def _fix_shifts(self, maintainer: Maintainer) -> None:
-        setter = getattr(maintainer.ring, "set_shifts", None)
-        if setter is not None and self.shifts:
-            setter(self.shifts)
+
+def _error_detail(error: Exception) -> bytes:
+    """The relation, column and value a :class:`BatchError` names, pickled for the driver
+    (which re-raises with them, so callers can tell the offending rows)."""
+    if not isinstance(error, BatchError):
+        return b""
+    fields = (error.relation, error.column, error.value)
+    try:
+        return pickle.dumps(fields, protocol=5)
+    except Exception:  # noqa: BLE001 - an unpicklable value: keep relation and column
+        return pickle.dumps((error.relation, error.column, None), protocol=5)
 
 
 def _shard_function(task: _ShardTask):
@@ -373,10 +419,11 @@ class DistributedMaintainer:
         self.versions: dict[int, int] = {}
         self._roots: dict[int, bytes] = {}
         self._shifts: dict[str, float] = {}
-        self._column_variable = self._columns_to_variables()
+        #: small user data stored in the manifest with every commit (e.g. a stream's query id)
+        self.meta: dict[str, Any] = {}
         self._keys: list[int] | None = None
         self.last_job: list[dict[str, Any]] = []  # per shard: status, rows, seconds
-        self.last_timings: dict[str, float] = {}  # driver side: prepare (shifts), job
+        self.last_timings: dict[str, float] = {}  # driver side: prepare, job, commit
         self._resume()
 
     # ------------------------------------------------------------------ manifest
@@ -398,6 +445,7 @@ class DistributedMaintainer:
         self.versions = dict(manifest["versions"])
         self._roots = dict(manifest["roots"])
         self._shifts = dict(manifest["shifts"])
+        self.meta = dict(manifest.get("meta") or {})
         if self._shifts and hasattr(self.ring, "set_shifts"):
             self.ring.set_shifts(self._shifts)
 
@@ -410,6 +458,7 @@ class DistributedMaintainer:
             "versions": versions,
             "roots": roots,
             "shifts": self._shifts,
+            "meta": dict(self.meta),
         }
         atomic_write(os.path.join(self.state_dir, _MANIFEST), pickle.dumps(manifest, protocol=5))
 
@@ -473,7 +522,6 @@ class DistributedMaintainer:
                     checked,
                     None if isinstance(checked, pd.DataFrame) else checked,
                 )
-        self._fix_shifts(sources)
         self.last_timings = {"prepare": time.perf_counter() - started}
         parts, layouts = [], []
         for relation, (_, mult_column) in frames.items():
@@ -498,7 +546,6 @@ class DistributedMaintainer:
             seq=seq,
             versions=dict(self.versions),
             shard_of={k: s for s, k in enumerate(self._shard_keys())},
-            shifts=dict(self._shifts),
             layouts=layouts,
             free=bool(self.query.free),
             cache=self.cache,
@@ -516,20 +563,26 @@ class DistributedMaintainer:
             raise
         self.last_job = [row.asDict() for row in rows]
         self.last_timings["job"] = time.perf_counter() - started
-        failed = [row for row in rows if row["status"] != "ok"]
+        failed = sorted((row for row in rows if row["status"] != "ok"), key=lambda r: r["shard"])
         if failed:
             self._discard(seq)
-            messages = "; ".join(sorted(row["message"] for row in failed))
+            messages = "; ".join(row["message"] for row in failed)
             first = next(iter(frames), None)
+            detail = next((bytes(r["detail"]) for r in failed if r["detail"]), b"")
+            relation, column, value = pickle.loads(detail) if detail else (None, None, None)
             raise BatchError(
                 f"the batch was rejected by {len(failed)} shard(s), no shard changed: {messages}",
-                first if len(frames) == 1 else None,
+                relation if relation is not None else (first if len(frames) == 1 else None),
+                column,
+                value,
             )
         versions = dict(self.versions)
         roots = dict(self._roots)
         for row in rows:
             versions[row["shard"]] = seq
             roots[row["shard"]] = bytes(row["payload"])
+        started = time.perf_counter()
+        self._adopt_shifts(roots)
         self._commit(seq, versions, roots, self.last_batch_id if batch_id is None else batch_id)
         old = dict(self.versions)
         self.seq, self.versions, self._roots = seq, versions, roots
@@ -539,6 +592,7 @@ class DistributedMaintainer:
             if versions.get(shard) != version:
                 with contextlib.suppress(OSError):
                     os.unlink(_version_path(self.state_dir, shard, version))
+        self.last_timings["commit"] = time.perf_counter() - started
         return True
 
     def _discard(self, seq: int) -> None:
@@ -589,98 +643,57 @@ class DistributedMaintainer:
 
         mult = F.col(f"`{mult_column}`").cast("bigint") if mult_column else F.lit(1).cast("bigint")
         selected = frame.select(*[F.col(f"`{c}`") for c in columns], mult.alias(_MULT))
-        return selected.mapInArrow(_Packer(relation, key, keys), _PACKED_SCHEMA)
+        # no relation is read by more map tasks than there are cores: every task hands its
+        # rows to a Python worker once, and that fixed cost dominates small partitions
+        cores = max(1, int(self.spark.sparkContext.defaultParallelism))
+        return selected.coalesce(cores).mapInArrow(_Packer(relation, key, keys), _PACKED_SCHEMA)
 
     def _shard_keys(self) -> list[int]:
         """The value of the shard column for each shard: an int that Spark's hash
-        partitioner sends to partition ``s`` of ``shards`` (so no two shards share a task)."""
+        partitioner sends to partition ``s`` of ``shards`` (so no two shards share a task);
+        computed here with Spark's hash, no job."""
         if self._keys is None:
-            from pyspark.sql import functions as F
-
-            candidates = self.spark.range(0, 64 * self.shards).select(
-                F.col("id").cast("int").alias("k"),
-                F.pmod(F.hash(F.col("id").cast("int")), F.lit(self.shards)).alias("p"),
-            )
-            first: dict[int, int] = {}
-            for row in candidates.collect():
-                first.setdefault(int(row["p"]), int(row["k"]))
-            self._keys = [first.get(s, s) for s in range(self.shards)]
-            if len(set(self._keys)) != self.shards:  # cannot happen; stay correct anyway
-                self._keys = list(range(self.shards))
+            self._keys = _partition_keys(self.shards)
         return self._keys
-
-    def _columns_to_variables(self) -> dict[str, list[tuple[str, str]]]:
-        """Ring variable -> [(relation, column)] that bind it."""
-        out: dict[str, list[tuple[str, str]]] = {}
-        for atom in self.query.atoms:
-            columns = self.query.relations[atom.relation]
-            for column, variable in zip(columns, atom.variables, strict=True):
-                out.setdefault(variable, []).append((atom.relation, column))
-        return out
-
-    def _fix_shifts(self, sources: Mapping[str, tuple[Any, Any]]) -> None:
-        """Fix, on the driver, the shifts of the ring variables this batch lifts first: the
-        mean of the batch's values (pandas: numpy; Spark: one job for all relations),
-        rounded to float32 as the ring itself does."""
-        shifts = getattr(self.ring, "shifts", None)
-        if shifts is None or not hasattr(self.ring, "set_shifts"):
-            return
-        variables = list(getattr(self.ring, "variables", ()))
-        open_ = [v for v, h in zip(variables, np.asarray(shifts), strict=True) if np.isnan(h)]
-        wanted: dict[str, tuple[str, str]] = {}
-        for v in open_:
-            if v in self._shifts:
-                continue
-            for relation, column in self._column_variable.get(v, []):
-                if relation in sources:
-                    wanted[v] = (relation, column)
-                    break
-        if not wanted:
-            return
-        means: dict[str, float | None] = {}
-        aggregates = []
-        from pyspark.sql import functions as F
-
-        for relation, (original, df) in sources.items():  # df: None for pandas input
-            mine = {v: c for v, (r, c) in wanted.items() if r == relation}
-            if not mine:
-                continue
-            if isinstance(original, pd.DataFrame):
-                for v, c in mine.items():
-                    values = pd.to_numeric(original[c], errors="coerce").to_numpy(np.float64)
-                    values = values[np.isfinite(values)]
-                    means[v] = float(values.mean()) if values.size else None
-            else:
-                aggregates.append(
-                    df.select(
-                        [F.avg(F.col(f"`{c}`").cast("double")).alias(v) for v, c in mine.items()]
-                    )
-                )
-        if aggregates:  # one job: the one-row aggregates side by side
-            row = aggregates[0]
-            for other in aggregates[1:]:
-                row = row.crossJoin(other)
-            means.update(row.collect()[0].asDict())
-        fixed = {}
-        for variable, mean in means.items():
-            if mean is None or not np.isfinite(mean):
-                continue
-            shift = float(np.float32(mean))
-            fixed[variable] = shift if np.isfinite(shift) else float(mean)
-        if fixed:
-            self.ring.set_shifts(fixed)
-            self._shifts.update(fixed)
 
     # ------------------------------------------------------------------ results
     def shard_roots(self) -> dict[int, Any]:
-        """Each shard's root payload (grouped queries: ``{group: payload}`` per shard)."""
-        out = {}
-        for shard, data in sorted(self._roots.items()):
-            if self.query.free:
-                out[shard] = {key: self.ring.from_bytes(b) for key, b in pickle.loads(data)}
-            else:
-                out[shard] = self.ring.from_bytes(data)
-        return out
+        """Each shard's root payload (grouped queries: ``{group: payload}`` per shard), as
+        payloads of the driver's ring (covariance payloads re-centred on its shifts)."""
+        return {shard: self._decode(data) for shard, data in sorted(self._roots.items())}
+
+    def _decode(self, data: bytes):
+        """A shard's root (bytes) as payloads of the driver ring.  Shards fix their own
+        covariance shifts, so the payload is read with a scratch ring that adopts the
+        shard's shifts and then re-centred on the driver ring's (``reshift``)."""
+        ring = self.ring
+        reshift = getattr(ring, "reshift", None)
+        if reshift is None:
+            read = ring.from_bytes
+        else:
+            config = ring.to_dict()
+            scratch = type(ring).from_dict({**config, "shifts": [None] * len(ring.variables)})
+
+            def read(blob: bytes):
+                return reshift(scratch.from_bytes(blob), scratch.shifts)
+
+        if self.query.free:
+            return {key: read(blob) for key, blob in pickle.loads(data)}
+        return read(data)
+
+    def _adopt_shifts(self, roots: Mapping[int, bytes]) -> None:
+        """Fix the driver ring's still-open shifts from the shard roots (lowest shard
+        first), so that the manifest records the shifts results are expressed in."""
+        shifts = getattr(self.ring, "shifts", None)
+        if shifts is None or not hasattr(self.ring, "reshift") or not np.isnan(shifts).any():
+            return
+        for shard in sorted(roots):
+            self._decode(roots[shard])
+        self._shifts = {
+            v: float(h)
+            for v, h in zip(self.ring.variables, self.ring.shifts, strict=True)
+            if not np.isnan(h)
+        }
 
     def result(self):
         """The query result: the ring sum of the shards' roots (``{group: payload}`` for
