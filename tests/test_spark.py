@@ -233,6 +233,12 @@ def test_distributed_equals_local_engine(spark, housing, tmp_path, kind):
     stream = build_stream(rest, 60, 0.3, seed=5)
     dm = DistributedMaintainer(spark, query(), shards=4, state_dir=tmp_path / "dist")
     assert ("broadcast" in dm.explain()) == (kind == "groupby_count")
+    if kind == "covariance":  # shard keys, found without Spark, match Spark's partitioner
+        from pyspark.sql import functions as F
+
+        keys = spark.createDataFrame([(k,) for k in dm._shard_keys()], "k int")
+        spread = keys.select(F.pmod(F.hash("k"), F.lit(4)).alias("p")).collect()
+        assert [row.p for row in spread] == [0, 1, 2, 3]
     dm.load({r: spark.createDataFrame(f) for r, f in initial.items()})  # bulk path
     local = rm.Maintainer(query())
     for r, f in initial.items():
@@ -267,6 +273,83 @@ def test_distributed_equals_local_engine(spark, housing, tmp_path, kind):
     resumed = DistributedMaintainer(spark, query(), shards=4, state_dir=tmp_path / "dist")
     assert resumed.last_batch_id == len(chunks)
     check(resumed.result())
+
+
+def test_stream_into_distributed_maintainer_restarts_exactly_once(spark, housing, tmp_path):
+    """A change feed into a 4-shard DistributedMaintainer (after a bulk load): a bad row is
+    dead-lettered (rejected by one shard), the driver "dies" after a committed batch, and
+    new drivers on the same checkpoints end equal to the local engine, every batch once."""
+    initial = {r: f.iloc[: len(f) // 2] for r, f in housing.relations.items()}
+    rest = {r: f.iloc[len(f) // 2 :].reset_index(drop=True) for r, f in housing.relations.items()}
+    stream = build_stream(rest, 40, 0.3, seed=6)
+    files = [stream[i : i + 4] for i in range(0, len(stream), 4)]  # micro-batches 0..4
+    assert len(files) == 5
+    absent = rest["Shop"].iloc[[0]].assign(postcode=10_000).reset_index(drop=True)
+    poisoned = [*files[1], type(stream[0])("Shop", absent, np.array([-1]), np.array([0]))]
+    types = spark_types_of(housing.relations)
+    feed = ChangeFeed(str(tmp_path / "feed"), types, relation=None, max_files_per_trigger=1)
+
+    def write(number: int, batches) -> None:
+        write_stream_files(
+            tmp_path / "feed", batches, tagged=True, start=number, per_file=len(batches),
+            columns=types,
+        )  # fmt: skip
+
+    def pipeline(dm=None, on_batch=None) -> StreamingMaintainer:
+        dm = dm or DistributedMaintainer(
+            spark, rm.covariance_query(housing.schemas), shards=4, state_dir=tmp_path / "dist"
+        )
+        return StreamingMaintainer(
+            dm,
+            None,
+            on_error="dead_letter",
+            dead_letter_path=tmp_path / "dead",
+            on_batch=on_batch,
+        )
+
+    ck = str(tmp_path / "ck")
+    write(0, files[0])
+    write(1, poisoned)
+    dm = DistributedMaintainer(
+        spark, rm.covariance_query(housing.schemas), shards=4, state_dir=tmp_path / "dist"
+    )
+    dm.load({r: spark.createDataFrame(f) for r, f in initial.items()})
+    sm1 = pipeline(dm)
+    sm1.start(spark, feed, ck, trigger={"availableNow": True}).awaitTermination()
+    assert sm1.last_batch_id == 1 and dm.last_batch_id == 1
+    dead = sm1.dead_letters()
+    assert len(dead) == 1 and dead.reason.str.contains("not present").all()
+
+    for number in (2, 3, 4):
+        write(number, files[number])
+
+    def crash(report):
+        if report.batch_id == 3:
+            raise RuntimeError("simulated driver crash")
+
+    sm2 = pipeline(on_batch=crash)  # a new driver: the distributed state resumes
+    assert sm2.last_batch_id == 1 and sm2.meta.get("spark_query_id")
+    with pytest.raises(Exception, match="simulated driver crash"):
+        sm2.start(spark, feed, ck, trigger={"availableNow": True}).awaitTermination()
+    assert sm2.last_batch_id == 3
+
+    sm3 = pipeline()
+    assert sm3.last_batch_id == 3  # committed with the shards' state, so Spark's replay...
+    sm3.start(spark, feed, ck, trigger={"availableNow": True}).awaitTermination()
+    assert sm3.replays_skipped == [3]  # ...is skipped
+    assert sm3.last_batch_id == 4 and sm3.maintainer.last_batch_id == 4
+    applied = sum(r.applied for sm in (sm1, sm2, sm3) for r in sm.reports)
+    assert applied == sum(len(b) for b in stream)
+    local = rm.Maintainer(rm.covariance_query(housing.schemas))
+    for r, f in initial.items():
+        local.insert(r, f)
+    for b in stream:
+        local.apply([rm.UpdateBatch(b.relation, b.rows, b.multiplicity)])
+    assert len(sm3.maintainer.shard_roots()) == 4
+    _assert_same_covariance(local, sm3.maintainer.ring, sm3.result())
+    # an empty micro-batch changes nothing and does not consume its id
+    assert sm3.process_batch(pa.table({"__ringml_feed": pa.array([], pa.int32())}), 5) is None
+    assert sm3.last_batch_id == 4
 
 
 def test_engine_rejections_are_dead_lettered_row_by_row(housing, tmp_path):
