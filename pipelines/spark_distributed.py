@@ -73,6 +73,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ringml import BatchError, Maintainer, SchemaError, UpdateBatch
 
@@ -222,6 +223,95 @@ class _Packer:
                     parts.setdefault(shard, []).append(part)
         for shard, pieces in parts.items():
             yield _blob_batch(self.shard_keys[shard], self.relation, pieces)
+
+
+@dataclass
+class _ParquetFiles:
+    """Parquet files of one relation, given to :meth:`DistributedMaintainer.load` by path:
+    the map tasks read them with pyarrow, row group by row group (no JVM conversion)."""
+
+    path: str
+    pieces: list[tuple[str, int, int]]  # (file, row group, rows)
+    columns: list[str]
+
+    @classmethod
+    def scan(cls, path: str | os.PathLike[str]) -> _ParquetFiles:
+        import pyarrow.parquet as pq
+
+        path = os.path.abspath(os.fspath(path))
+        if os.path.isdir(path):
+            files = []
+            for root, dirs, names in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+                files += [
+                    os.path.join(root, n)
+                    for n in sorted(names)
+                    if n.endswith(".parquet") and not n.startswith(("_", "."))
+                ]
+        elif os.path.exists(path):
+            files = [path]
+        else:
+            raise FileNotFoundError(f"no parquet file or folder {path!r}")
+        pieces: list[tuple[str, int, int]] = []
+        columns: list[str] | None = None
+        for file in files:
+            meta = pq.ParquetFile(file).metadata
+            names = meta.schema.to_arrow_schema().names
+            columns = names if columns is None else [c for c in columns if c in names]
+            pieces += [(file, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
+        return cls(path, pieces, columns or [])
+
+
+def _balanced(pieces, count: int) -> list[list]:
+    """``(item, rows)`` pieces in at most ``count`` buckets of about equal rows (largest
+    piece first, each to the lightest bucket); a bucket lists its items in input order."""
+    count = max(1, min(count, len(pieces)))
+    buckets: list[list[tuple[int, Any]]] = [[] for _ in range(count)]
+    rows = [0] * count
+    for position, (item, n) in sorted(enumerate(pieces), key=lambda p: -p[1][1]):
+        lightest = rows.index(min(rows))
+        buckets[lightest].append((position, item))
+        rows[lightest] += n
+    return [[item for _, item in sorted(b, key=lambda x: x[0])] for b in buckets if b]
+
+
+class _FilePacker:
+    """Runs in ``mapInArrow`` over bucket ids (``spark.range``): reads each bucket's parquet
+    row groups — of any relation given by path — with pyarrow (one thread: the task's
+    core), routes the rows and packs one Arrow IPC blob per (relation, shard), like
+    :class:`_Packer`.  One task per core reads all relations, so small files cost no
+    extra Python tasks."""
+
+    def __init__(self, specs, shard_keys: list[int], buckets) -> None:
+        self.specs = specs  # relation -> (key column or None, columns, mult column or None)
+        self.shard_keys = shard_keys
+        self.buckets = buckets  # bucket id -> [(relation, file, row group)]
+
+    def __call__(self, batches):
+        import pyarrow.parquet as pq
+
+        parts: dict[tuple[str, int], list[pa.RecordBatch]] = {}
+        files: dict[str, Any] = {}
+        for batch in batches:
+            for bucket in batch.column("id").to_pylist():
+                for relation, file, group in self.buckets[bucket]:
+                    key_column, columns, mult_column = self.specs[relation]
+                    wanted = list(columns) + ([mult_column] if mult_column else [])
+                    reader = files.get(file) or files.setdefault(file, pq.ParquetFile(file))
+                    table = reader.read_row_group(group, columns=wanted, use_threads=False)
+                    if mult_column:
+                        mult = pc.cast(table.column(mult_column), pa.int64())
+                        table = table.select(list(columns)).append_column(_MULT, mult)
+                    else:
+                        ones = pa.array(np.ones(table.num_rows, np.int64))
+                        table = table.append_column(_MULT, ones)
+                    for piece in table.to_batches():
+                        if not piece.num_rows:
+                            continue
+                        for shard, part in _split_batch(piece, key_column, len(self.shard_keys)):
+                            parts.setdefault((relation, shard), []).append(part)
+        for (relation, shard), pieces in parts.items():
+            yield _blob_batch(self.shard_keys[shard], relation, pieces)
 
 
 def _split_batch(batch: pa.RecordBatch, key_column: str | None, shards: int):
@@ -464,9 +554,13 @@ class DistributedMaintainer:
 
     # ------------------------------------------------------------------ updates
     def load(self, relations: Mapping[str, Any], batch_id: int | None = None) -> bool:
-        """Bulk-load relations (Spark or pandas DataFrames, inserts only) through the shards.
+        """Bulk-load relations (inserts only) through the shards.
 
-        Static relations are loaded (``Maintainer.load``) and updatable ones inserted.
+        Values are Spark or pandas DataFrames, or paths of parquet files (a file or a folder
+        of ``*.parquet``): those are read by the map tasks themselves with pyarrow, row group
+        by row group, which skips Spark's row-by-row conversion of a scan to Arrow (the
+        costliest step of a bulk load from a DataFrame).  Static relations are loaded
+        (``Maintainer.load``) and updatable ones inserted.
         """
         frames = {r: (f, None) for r, f in relations.items()}
         return self._run(frames, batch_id, bulk=True)
@@ -523,13 +617,18 @@ class DistributedMaintainer:
                     None if isinstance(checked, pd.DataFrame) else checked,
                 )
         self.last_timings = {"prepare": time.perf_counter() - started}
-        parts, layouts = [], []
+        parts, layouts, files = [], [], {}
         for relation, (_, mult_column) in frames.items():
             if relation not in sources:
                 continue
             static = bulk and relation not in self.updatable
             layouts.append(_Layout(relation, tuple(self.query.relations[relation]), static))
-            parts.append(self._packed(relation, sources[relation][0], mult_column))
+            if isinstance(sources[relation][0], _ParquetFiles):
+                files[relation] = sources[relation][0]
+            else:
+                parts.append(self._packed(relation, sources[relation][0], mult_column))
+        if files:
+            parts.append(self._packed_files(files, {r: frames[r][1] for r in files}))
         if not parts:
             return False
         union = parts[0]
@@ -603,8 +702,14 @@ class DistributedMaintainer:
 
     # ------------------------------------------------------------------ routing
     def _checked(self, relation: str, frame, mult_column: str | None):
-        """The frame (pandas or Spark), or None when it is an empty pandas frame."""
+        """The frame (pandas or Spark; a path becomes its parquet files), or None when it is
+        empty pandas frame or files without rows."""
         columns = list(self.query.relations[relation])
+        if isinstance(frame, (str, os.PathLike)):
+            try:
+                frame = _ParquetFiles.scan(frame)
+            except (OSError, pa.ArrowException) as error:
+                raise BatchError(f"relation {relation!r}: {error}", relation) from error
         present = list(frame.columns)
         missing = [c for c in columns + ([mult_column] if mult_column else []) if c not in present]
         if missing:
@@ -614,6 +719,8 @@ class DistributedMaintainer:
                 missing[0],
             )
         if isinstance(frame, pd.DataFrame) and len(frame) == 0:
+            return None
+        if isinstance(frame, _ParquetFiles) and not any(n for _, _, n in frame.pieces):
             return None
         return frame
 
@@ -639,14 +746,29 @@ class DistributedMaintainer:
             return self.spark.createDataFrame(
                 [(r[_SHARD], r[_REL], r[_BLOB]) for r in rows], _PACKED_SCHEMA
             )
+        cores = max(1, int(self.spark.sparkContext.defaultParallelism))
         from pyspark.sql import functions as F
 
         mult = F.col(f"`{mult_column}`").cast("bigint") if mult_column else F.lit(1).cast("bigint")
         selected = frame.select(*[F.col(f"`{c}`") for c in columns], mult.alias(_MULT))
         # no relation is read by more map tasks than there are cores: every task hands its
         # rows to a Python worker once, and that fixed cost dominates small partitions
-        cores = max(1, int(self.spark.sparkContext.defaultParallelism))
         return selected.coalesce(cores).mapInArrow(_Packer(relation, key, keys), _PACKED_SCHEMA)
+
+    def _packed_files(self, files: Mapping[str, _ParquetFiles], mults: Mapping[str, Any]):
+        """The rows of the relations given as parquet files, packed like :meth:`_packed` by
+        one ``mapInArrow`` over ``spark.range(buckets)``: the row groups of all of them in
+        one bucket per core, balanced by rows."""
+        keys = self._shard_keys()
+        specs = {
+            r: (self.plan.sharded.get(r), list(self.query.relations[r]), mults.get(r))
+            for r in files
+        }
+        pieces = [((r, f, g), n) for r, src in files.items() for f, g, n in src.pieces]
+        cores = max(1, int(self.spark.sparkContext.defaultParallelism))
+        buckets = _balanced(pieces, cores)
+        ids = self.spark.range(0, len(buckets), 1, numPartitions=len(buckets))
+        return ids.mapInArrow(_FilePacker(specs, keys, buckets), _PACKED_SCHEMA)
 
     def _shard_keys(self) -> list[int]:
         """The value of the shard column for each shard: an int that Spark's hash

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from ringml.rings.scalar import IntegerRing
 
@@ -239,7 +240,19 @@ def test_distributed_equals_local_engine(spark, housing, tmp_path, kind):
         keys = spark.createDataFrame([(k,) for k in dm._shard_keys()], "k int")
         spread = keys.select(F.pmod(F.hash("k"), F.lit(4)).alias("p")).collect()
         assert [row.p for row in spread] == [0, 1, 2, 3]
-    dm.load({r: spark.createDataFrame(f) for r, f in initial.items()})  # bulk path
+    if kind == "covariance":  # bulk path from parquet files, read by the map tasks
+        sources = {}
+        for r, f in initial.items():
+            folder = tmp_path / "parquet" / r  # a folder of two files, row groups of 7 rows
+            folder.mkdir(parents=True)
+            for i, half in enumerate((f.iloc[: len(f) // 2], f.iloc[len(f) // 2 :])):
+                table = pa.Table.from_pandas(half, preserve_index=False)
+                pq.write_table(table, folder / f"part-{i}.parquet", row_group_size=7)
+            sources[r] = str(folder) if r != "House" else folder / "part-0.parquet"
+        dm.load(sources)
+        dm.load({"House": str(tmp_path / "parquet" / "House" / "part-1.parquet")})
+    else:  # bulk path from Spark DataFrames
+        dm.load({r: spark.createDataFrame(f) for r, f in initial.items()})
     local = rm.Maintainer(query())
     for r, f in initial.items():
         local.insert(r, f)
