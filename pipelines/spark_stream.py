@@ -6,7 +6,8 @@ each row carrying either an ``op`` (``insert``/``delete``; an update is a delete
 row and an insert of the new one: ``update_preimage``/``update_postimage`` or
 ``before``/``after``; Debezium's ``c``/``r``/``d``) or a signed integer multiplicity
 (``mult_column="mult"``).  Files are read with an explicit schema (CSV with a header, or
-JSON lines); Spark's file source orders new files by modification time, so writers should
+JSON lines), and so are Kafka topics of JSON values and Delta change data feeds (see
+:class:`ChangeFeed`); Spark's file source orders new files by modification time, so writers should
 publish complete files (write, then rename) with increasing mtimes — :func:`write_change_file`
 does both.
 
@@ -91,6 +92,7 @@ from .spark_checkpoint import CheckpointError, LoadedState, StateCheckpoint, ato
 from .spark_distributed import DistributedMaintainer
 
 __all__ = [
+    "FORMATS",
     "OPS",
     "BadRow",
     "BatchReport",
@@ -98,6 +100,8 @@ __all__ = [
     "FeedError",
     "StreamingMaintainer",
     "change_feed_schema",
+    "feed_layout",
+    "parse_kafka_values",
     "read_change_feed",
     "spark_types_of",
     "write_change_file",
@@ -112,6 +116,15 @@ OPS: dict[str, int] = {
     "update_preimage": -1, "before": -1, "u-": -1,
 }  # fmt: skip
 
+#: Feed formats: files (csv, json lines), Kafka topics of JSON values, Delta change feeds.
+FORMATS = ("csv", "json", "kafka", "delta")
+#: What a Spark session needs for the non-file formats.
+_SOURCE_HINTS = {
+    "kafka": "start Spark with the Kafka source, e.g. spark.jars.packages="
+    "org.apache.spark:spark-sql-kafka-0-10_2.13:<your Spark version>",
+    "delta": "pip install delta-spark and build the session with "
+    "delta.configure_spark_with_delta_pip",
+}
 CORRUPT = "_corrupt_record"
 _FEED = "__ringml_feed"
 _REL = "__ringml_relation"
@@ -172,7 +185,7 @@ class BatchReport:
 
 @dataclass(frozen=True)
 class ChangeFeed:
-    """A file-based change feed read with an explicit schema.
+    """A change feed read with an explicit schema.
 
     ``schema`` names the data columns and their Spark SQL types, e.g.
     ``"postcode bigint, price double"`` or a mapping ``{"postcode": "bigint", ...}`` (see
@@ -180,6 +193,14 @@ class ChangeFeed:
     relation column) are added when missing.  ``relation=None`` makes a tagged feed whose
     ``relation_column`` says which relation a row belongs to; its schema is the union of the
     relations' columns, and fields of other relations must be empty.
+
+    ``format``: ``"csv"`` (with a header) or ``"json"`` (JSON lines) files under ``path``;
+    ``"kafka"``: ``path`` names the topic(s) to subscribe to, every record's value is one
+    change as a JSON object (malformed values become corrupt records), and ``options``
+    carry ``kafka.bootstrap.servers`` and any other source option (needs Spark's
+    ``spark-sql-kafka-0-10`` package); ``"delta"``: ``path`` is a Delta table read as its
+    change data feed (``readChangeFeed``; use ``op_column="_change_type"``: its insert,
+    delete and update pre/post images are ops; needs ``delta-spark``).
     """
 
     path: str
@@ -193,8 +214,8 @@ class ChangeFeed:
     options: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.format not in ("csv", "json"):
-            raise ValueError(f"format must be 'csv' or 'json', got {self.format!r}")
+        if self.format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}, got {self.format!r}")
         if (self.op_column is None) == (self.mult_column is None):
             raise ValueError("give exactly one of op_column and mult_column")
 
@@ -283,8 +304,15 @@ def read_change_feed(spark, feed: ChangeFeed, index: int = 0):
     """The streaming DataFrame of a feed, in the pipeline's internal layout: the feed's data
     columns renamed ``__f<index>__<column>``, plus feed index, relation, op, mult and the
     corrupt record."""
-    from pyspark.sql import functions as F
 
+    if feed.format == "kafka":
+        reader = spark.readStream.format("kafka").option("subscribe", feed.path)
+        reader = _with_options(reader, feed.options)
+        return feed_layout(parse_kafka_values(_load(reader, feed, None), feed), feed, index)
+    if feed.format == "delta":
+        reader = spark.readStream.format("delta").option("readChangeFeed", "true")
+        reader = _with_options(reader, feed.options)
+        return feed_layout(_load(reader, feed, feed.path), feed, index)
     reader = spark.readStream.schema(feed.ddl()).option("columnNameOfCorruptRecord", CORRUPT)
     if feed.format == "csv":
         reader = reader.option("header", "true").option("mode", "PERMISSIVE")
@@ -292,9 +320,50 @@ def read_change_feed(spark, feed: ChangeFeed, index: int = 0):
         reader = reader.option("mode", "PERMISSIVE")
     if feed.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(int(feed.max_files_per_trigger)))
-    for key, value in feed.options.items():
+    reader = _with_options(reader.format(feed.format), feed.options)
+    return feed_layout(reader.load(feed.path), feed, index)
+
+
+def _with_options(reader, options: Mapping[str, str]):
+    for key, value in options.items():
         reader = reader.option(key, value)
-    df = reader.format(feed.format).load(feed.path)
+    return reader
+
+
+def _load(reader, feed: ChangeFeed, path: str | None):
+    """``reader.load``, with the package to add when Spark lacks the feed's source."""
+    try:
+        return reader.load() if path is None else reader.load(path)
+    except Exception as error:
+        text = str(error)
+        if "DATA_SOURCE_NOT_FOUND" in text or "Failed to find data source" in text:
+            raise ValueError(
+                f"feed {feed.path!r}: this Spark session has no {feed.format!r} source; "
+                f"{_SOURCE_HINTS[feed.format]}"
+            ) from error
+        raise
+
+
+def parse_kafka_values(df, feed: ChangeFeed):
+    """Kafka records (a binary or string ``value`` column, one JSON object per change) as
+    feed rows: the feed's columns, and the raw value in the corrupt-record column when it
+    does not parse or a field has the wrong type."""
+    from pyspark.sql import functions as F
+
+    parsed = F.from_json(
+        F.col("value").cast("string"),
+        feed.ddl(),
+        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
+    )
+    return df.select(parsed.alias("__ringml_record")).select("__ringml_record.*")
+
+
+def feed_layout(df, feed: ChangeFeed, index: int = 0):
+    """A DataFrame of a feed's rows (its data columns, op or mult, relation for a tagged
+    feed, ``_corrupt_record`` when the source has one) in the pipeline's internal layout
+    (see :func:`read_change_feed`); works on static DataFrames too."""
+    from pyspark.sql import functions as F
+
     relation = (
         F.lit(feed.relation) if feed.relation is not None else F.col(f"`{feed.relation_column}`")
     )
@@ -306,7 +375,7 @@ def read_change_feed(spark, feed: ChangeFeed, index: int = 0):
         relation.cast("string").alias(_REL),
         op.cast("string").alias(_OP),
         mult.cast("bigint").alias(_MULT),
-        F.col(CORRUPT).alias(_BAD),
+        (F.col(CORRUPT) if CORRUPT in df.columns else F.lit(None)).cast("string").alias(_BAD),
         *data,
     )
 
