@@ -311,8 +311,8 @@ def run_main_job(config: JobConfig = JobConfig(), out: Callable[[str], Any] = pr
             t0 = time.perf_counter()
             model.maintainer_ = streaming.maintainer  # the committed state
             model.partial_fit([])  # no rows: refit from the maintained payload
-            mi, tree = _categorical_tree(model)
-            tree_holder.update(mi=mi, tree=tree)
+            _, tree = _categorical_tree(model)
+            tree_holder["tree"] = tree
             refit = time.perf_counter() - t0
             report.refresh_seconds += refit
             record = logger.log_refresh(
