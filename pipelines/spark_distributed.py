@@ -16,10 +16,10 @@ Design (``ARCHITECTURE.md``, "Backends"):
   into one Arrow IPC blob per input partition and shard; the blobs of all relations are
   shuffled to their shard (each shard has its own partition: the shard column holds, per
   shard, an int that Spark's hash partitioner sends there, found on the driver with
-  Spark's Murmur3 hash, no job) and ``groupBy(shard).applyInArrow`` hands them to the
-  shard, which loads its state, applies the batch atomically with the local engine, writes
-  its new state and returns its root payload (``ring.to_bytes``; grouped queries:
-  ``(group, bytes)`` pairs).
+  Spark's Murmur3 hash, no job) and a ``mapInArrow`` over the shuffled partitions (no sort
+  or grouping by Spark) hands them to the shard, which loads its state, applies the batch
+  atomically with the local engine, writes its new state and returns its root payload
+  (``ring.to_bytes``; grouped queries: ``(group, bytes)`` pairs).
 * **State between batches.**  Each shard's maintainer is stored as versioned snapshots
   ``<state_dir>/shard-<s>/v<seq>.pkl`` written by the executors; Python workers also cache
   the last version they produced, so a shard that comes back to the same worker skips the
@@ -440,9 +440,20 @@ def _error_detail(error: Exception) -> bytes:
         return pickle.dumps((error.relation, error.column, None), protocol=5)
 
 
-def _shard_function(task: _ShardTask):
-    def run(key, table):
-        return task(key, table)
+def _shard_partition(task: _ShardTask):
+    """``mapInArrow`` over the shuffled blobs: a partition holds one shard's blobs (the
+    shard keys are chosen so), no sort or grouping by Spark; any other key found in the
+    partition is still handled as its own shard."""
+
+    def run(batches):
+        batches = [b for b in batches if b.num_rows]
+        if not batches:
+            return
+        table = pa.Table.from_batches(batches)
+        keys = table.column(_SHARD)
+        for value in pc.unique(keys).to_pylist():
+            part = table.filter(pc.equal(keys, value))
+            yield from task((pa.scalar(value, pa.int32()),), part).to_batches()
 
     return run
 
@@ -651,12 +662,8 @@ class DistributedMaintainer:
         )
         started = time.perf_counter()
         try:
-            rows = (
-                union.repartition(self.shards, _SHARD)
-                .groupBy(_SHARD)
-                .applyInArrow(_shard_function(task), _RESULT_SCHEMA)
-                .collect()
-            )
+            shuffled = union.repartition(self.shards, _SHARD)
+            rows = shuffled.mapInArrow(_shard_partition(task), _RESULT_SCHEMA).collect()
         except Exception:
             self._discard(seq)
             raise
