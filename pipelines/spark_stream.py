@@ -54,8 +54,9 @@ restart restores the snapshot and re-applies the logged batches.
 The state directory also records the Spark query id (from the checkpoint's ``metadata``
 file) and refuses to run against another checkpoint.  ``foreachBatch`` runs on a Spark
 thread: read results with :meth:`StreamingMaintainer.result` (or under its ``lock``), or
-after the query stops.  Paths are local/POSIX: the state lives where the driver runs (the
-driver holds the maintainer; the sharded variant is :mod:`ringml.pipelines.spark_distributed`).
+after the query stops.  Paths are local/POSIX: with a local maintainer the state lives
+where the driver runs (the driver holds the maintainer); with a distributed one (see above)
+the views live in the shards and the driver holds only their roots and the manifest.
 
 Example::
 
