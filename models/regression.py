@@ -66,7 +66,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -642,6 +642,13 @@ class CovarianceRegression:
     def refresh_design(self, design: Design) -> RegressionResult:
         """Refit on a prepared :class:`Design`."""
         warm = self.warm_start and self.result is not None
+        if warm and self._unchanged(design):
+            # the same Σ (a batch that joined nothing): the converged fit stands, 0 iterations
+            result = replace(self.result, iterations=0, backtracks=0)
+            self.result = result
+            if self.keep_history:
+                self.history.append(result)
+            return result
         result = fit_from_sigma(
             design.sigma,
             len(design.columns),  # the label is Σ's last variable; every other is a feature
@@ -664,6 +671,17 @@ class CovarianceRegression:
         if self.keep_history:
             self.history.append(result)
         return result
+
+    def _unchanged(self, design: Design) -> bool:
+        """Whether ``design`` is the last converged fit's, exactly."""
+        last = self.design
+        return (
+            last is not None
+            and self.result.converged
+            and design.columns == last.columns
+            and np.array_equal(design.sigma, last.sigma)
+            and np.array_equal(design.shifts, last.shifts)
+        )
 
     def _theta0(self, columns: Sequence) -> np.ndarray:
         old = self.result.coefficients if self.result is not None else {}
@@ -691,8 +709,6 @@ class CovarianceRegression:
 
 
 def _relabel(result: RegressionResult, columns: tuple, label: str) -> RegressionResult:
-    from dataclasses import replace
-
     return replace(result, columns=tuple(columns), label=label)
 
 

@@ -206,6 +206,23 @@ def test_warm_start_needs_fewer_iterations():
     assert len(warm.history) == 12
 
 
+def test_unchanged_payload_skips_the_solver_only_after_convergence():
+    X, y = _correlated()
+    ring = CovarianceRing([f"x{j}" for j in range(X.shape[1])] + ["y"])
+    payload = ring.batch_sum(ring.batch_lift_block(ring.variables, np.column_stack([X, y])))
+    model = CovarianceRegression("y", max_iter=2)
+    first = model.refresh(ring, payload)
+    assert not first.converged
+    model.max_iter = 10_000
+    second = model.refresh(ring, payload)  # same Σ, but the last fit had not converged
+    assert second.iterations > 0 and second.converged
+    third = model.refresh(ring, payload)  # same Σ, converged: the fit stands
+    assert third.iterations == 0 and third.converged
+    np.testing.assert_array_equal(third.coef, second.coef)
+    assert third.intercept == second.intercept
+    assert model.total_iterations == first.iterations + second.iterations
+
+
 def _correlated(seed: int = 7, n: int = 3000, k: int = 8) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, k)) @ rng.normal(size=(k, k))
