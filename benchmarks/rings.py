@@ -12,6 +12,7 @@ Timings: ``time.perf_counter``, several rounds of several calls, best and median
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import sys
@@ -151,7 +152,8 @@ def bench_fused() -> None:
     print(f"   speed-up (median)      : {m_med / f_med:.1f}x")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     print(
         f"numpy {np.__version__}, python {platform.python_version()}, {platform.machine()}, "
         f"{os.cpu_count()} CPUs, {platform.platform()}"
