@@ -105,17 +105,24 @@ def _exact_big(bits: np.ndarray, ints: np.ndarray) -> np.ndarray:
     return np.where(big, ints, bits) if big.any() else bits
 
 
+_FLUSH_AT = 16384  # recorded tuple changes before they are folded into the index
+
+
 class TupleCounts:
     """Multiplicities of the stored tuples of one relation (to reject deletes of absent ones).
 
-    Inserts cannot make a tuple absent, so insert-only batches are only recorded; the hash
-    index is brought up to date in bulk when a batch with deletes needs it.
+    Tuples are keyed by their 64-bit fingerprint in a :class:`KeyIndex` that uses the
+    fingerprint as its own hash.  Inserts cannot make a tuple absent, so changes are only
+    recorded; a batch with deletes looks up just its deleted tuples, in the index and in the
+    recorded changes (kept as one sorted run), which go into the index in bulk once they
+    are ``_FLUSH_AT`` or more.
     """
 
     def __init__(self, width: int) -> None:
-        self.index = KeyIndex(1)
+        self.index = KeyIndex(1, hashed=True)
         self.counts = np.zeros(16, dtype=np.int64)
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self._merged: tuple[np.ndarray, np.ndarray] | None = None
 
     @staticmethod
     def fingerprints(columns: Sequence[np.ndarray]) -> np.ndarray:
@@ -147,10 +154,64 @@ class TupleCounts:
         return hash_rows(hashed).view(np.int64)
 
     def current(self, unique: np.ndarray) -> np.ndarray:
-        """Stored multiplicity of each fingerprint (0 when absent)."""
-        self._flush()
+        """Stored multiplicity of each fingerprint (0 when absent; ``unique``: sorted, distinct).
+
+        The recorded changes are kept merged (sorted distinct fingerprints, summed changes)
+        and folded into the index in bulk once they are many; until then they are found by
+        a binary search per fingerprint asked for.
+        """
+        merged = self._merge_pending()
+        if merged is not None and merged[0].size >= _FLUSH_AT:
+            self._flush()
+            merged = None
         slots = self.index.lookup(unique)
-        return np.where(slots >= 0, self.counts[np.maximum(slots, 0)], 0)
+        found = np.where(slots >= 0, self.counts[np.maximum(slots, 0)], 0)
+        if merged is not None and merged[0].size:
+            ids, net = merged
+            pos = np.minimum(np.searchsorted(ids, unique), ids.size - 1)
+            hit = ids[pos] == unique
+            found[hit] += net[pos[hit]]
+        return found
+
+    def _merge_pending(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The recorded changes not in the index yet, as sorted distinct fingerprints and
+        their summed changes (the earlier merge is one sorted run: the stable sort merges
+        the new changes into it in linear time)."""
+        merged = getattr(self, "_merged", None)  # absent from counts pickled before it
+        if not self._pending:
+            return merged
+        parts = ([merged] if merged is not None else []) + self._pending
+        ids = np.concatenate([p[0] for p in parts])
+        net = np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False)
+        self._pending.clear()
+        order = np.argsort(ids, kind="stable")
+        ids, net = ids[order], net[order]
+        if ids.size > 1:
+            starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
+            if starts.size < ids.size:
+                ids, net = ids[starts], np.add.reduceat(net, starts)
+        self._merged = (ids, net)
+        return self._merged
+
+    def _flush(self) -> None:
+        """Fold the recorded changes into the index; drop the tuples whose count is 0."""
+        merged = self._merge_pending()
+        self._merged = None
+        if merged is None:
+            return
+        changed = merged[1] != 0
+        ids, net = merged[0][changed], merged[1][changed]
+        if not ids.size:
+            return
+        slots, _ = self.index.get_or_insert(ids)
+        if self.index.capacity > self.counts.size:
+            grown = np.zeros(self.index.capacity, dtype=np.int64)
+            grown[: self.counts.size] = self.counts
+            self.counts = grown
+        self.counts[slots] += net
+        gone = slots[self.counts[slots] == 0]
+        if gone.size:
+            self.index.remove(gone)
 
     def check(
         self,
@@ -158,44 +219,46 @@ class TupleCounts:
         signs: np.ndarray,
         earlier: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, int]:
-        """Net change per distinct tuple; also the index of a violating row, or -1.
+        """The changes to record (fingerprint and sign per row); also the index of a
+        violating row, or -1.
 
-        ``earlier`` = (fingerprints, net changes) of batches that precede this one in the
-        same atomic apply and are not recorded yet: a tuple they insert may be deleted here.
+        Only tuples the batch deletes can become negative, so only those are looked up: the
+        net change of each (its inserts in the batch included) plus its stored count must
+        stay >= 0.  ``earlier`` = (fingerprints, changes) of batches that precede this one
+        in the same atomic apply and are not recorded yet: a tuple they insert may be
+        deleted here.
         """
-        if (signs >= 0).all():
+        negative = signs < 0
+        if not negative.any():
             return fingerprints, signs, -1
-        unique, first, inverse = np.unique(fingerprints, return_index=True, return_inverse=True)
-        net = np.bincount(inverse.ravel(), weights=signs, minlength=unique.size).astype(np.int64)
+        deleted = fingerprints[negative]
+        unique, inverse = np.unique(deleted, return_inverse=True)
+        net = np.bincount(inverse.ravel(), weights=signs[negative], minlength=unique.size)
+        net = net.astype(np.int64)
+        if deleted.size < fingerprints.size:  # inserts of a deleted tuple in the same batch
+            _add_matching(net, unique, fingerprints[~negative], signs[~negative])
         current = self.current(unique)
         if earlier is not None and earlier[0].size:
-            pos = np.minimum(np.searchsorted(unique, earlier[0]), unique.size - 1)
-            hit = unique[pos] == earlier[0]
-            np.add.at(current, pos[hit], earlier[1][hit])
+            _add_matching(current, unique, earlier[0], earlier[1])
         bad = np.flatnonzero(current + net < 0)
-        return unique, net, int(first[bad[0]]) if bad.size else -1
+        if not bad.size:
+            return fingerprints, signs, -1
+        # the smallest violating fingerprint, at its first row
+        return fingerprints, signs, int(np.argmax(fingerprints == unique[bad[0]]))
 
     def apply(self, ids: np.ndarray, net: np.ndarray) -> None:
         """Record the changes (ids need not be unique)."""
         self._pending.append((ids, net))
 
-    def _flush(self) -> None:
-        if not self._pending:
-            return
-        ids = np.concatenate([p[0] for p in self._pending])
-        net = np.concatenate([p[1] for p in self._pending])
-        self._pending.clear()
-        unique, inverse = np.unique(ids, return_inverse=True)
-        total = np.bincount(inverse.ravel(), weights=net, minlength=unique.size).astype(np.int64)
-        slots, _ = self.index.get_or_insert(unique)
-        if self.index.capacity > self.counts.size:
-            grown = np.zeros(self.index.capacity, dtype=np.int64)
-            grown[: self.counts.size] = self.counts
-            self.counts = grown
-        self.counts[slots] += total
-        gone = slots[self.counts[slots] == 0]
-        if gone.size:
-            self.index.remove(gone)
+
+def _add_matching(
+    target: np.ndarray, unique: np.ndarray, ids: np.ndarray, changes: np.ndarray
+) -> None:
+    """``target[i] += changes`` of every ``ids`` equal to ``unique[i]`` (``unique`` sorted)."""
+    pos = np.minimum(np.searchsorted(unique, ids), unique.size - 1)
+    hit = unique[pos] == ids
+    if hit.any():
+        np.add.at(target, pos[hit], changes[hit])
 
 
 class BatchPreparer:

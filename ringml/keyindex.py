@@ -41,10 +41,20 @@ def hash_rows(keys: np.ndarray | list[np.ndarray]) -> np.ndarray:
 
 
 class KeyIndex:
-    """Hash map from key rows (int64, fixed width) to slots ``0..capacity``."""
+    """Hash map from key rows (int64, fixed width) to slots ``0..capacity``.
 
-    def __init__(self, width: int, capacity: int = 16) -> None:
+    ``hashed=True`` (width 1 only): the keys are already uniform 64-bit hashes (e.g. tuple
+    fingerprints), so each key is its own hash: no :func:`hash_rows` pass, no direct
+    addressing (such keys are never dense).
+    """
+
+    hashed = False  # indexes pickled before the flag existed hash their keys
+
+    def __init__(self, width: int, capacity: int = 16, hashed: bool = False) -> None:
+        if hashed and width != 1:
+            raise ValueError("hashed keys have width 1")
         self.width = width
+        self.hashed = hashed
         capacity = max(int(capacity), 4)
         self.keys = np.zeros((capacity, width), dtype=np.int64)
         self.hashes = np.zeros(capacity, dtype=np.uint64)
@@ -56,7 +66,7 @@ class KeyIndex:
         self._table = np.full(self._table_size_for(capacity), _EMPTY, dtype=np.int64)
         # direct addressing for width-1 keys in [0, len(self._direct)); None once abandoned
         self._direct: np.ndarray | None = (
-            np.full(64, _EMPTY, dtype=np.int64) if width == 1 else None
+            np.full(64, _EMPTY, dtype=np.int64) if width == 1 and not hashed else None
         )
 
     # ------------------------------------------------------------------ queries
@@ -85,7 +95,7 @@ class KeyIndex:
             found = np.full(column.size, -1, dtype=np.int64)
             found[inside] = self._direct[column[inside]]
             return found
-        found, _ = self._probe(keys, hash_rows(keys))
+        found, _ = self._probe(keys, self._hash(keys))
         return found
 
     # ------------------------------------------------------------------ updates
@@ -98,8 +108,8 @@ class KeyIndex:
         self._reserve(n)
         if self._direct is not None and self._fits_direct(keys[:, 0]):
             return self._get_or_insert_direct(keys)
-        h = hash_rows(keys)
-        found, _ = self._probe(keys, h)
+        h = self._hash(keys)
+        found, stop = self._probe(keys, h)
         new = found < 0
         if new.any():
             fresh = np.flatnonzero(new)
@@ -107,7 +117,8 @@ class KeyIndex:
             self.keys[slots] = keys[fresh]
             self.hashes[slots] = h[fresh]
             self.live[slots] = True
-            self._place(slots, h[fresh])
+            # an absent key's probe stopped at the first empty cell of its sequence
+            self._place(slots, h[fresh], stop[fresh])
             found[fresh] = slots
             self._size += fresh.size
         return found, new
@@ -128,9 +139,12 @@ class KeyIndex:
 
     def clear(self) -> None:
         """Remove every key."""
-        self.__init__(self.width, self.capacity)
+        self.__init__(self.width, self.capacity, self.hashed)
 
     # ------------------------------------------------------------------ internals
+    def _hash(self, keys: np.ndarray) -> np.ndarray:
+        return keys[:, 0].view(np.uint64) if self.hashed else hash_rows(keys)
+
     def _fits_direct(self, column: np.ndarray) -> bool:
         """Keep direct addressing while keys stay dense; otherwise move to the hash table."""
         low, high = int(column.min()), int(column.max())
@@ -230,11 +244,15 @@ class KeyIndex:
             pos = next_pos[keep]
         return found, stop
 
-    def _place(self, slots: np.ndarray, h: np.ndarray) -> None:
-        """Write new slots into empty table cells (linear probing, collisions resolved)."""
+    def _place(self, slots: np.ndarray, h: np.ndarray, start: np.ndarray | None = None) -> None:
+        """Write new slots into empty table cells (linear probing, collisions resolved).
+
+        ``start``: where each slot's probe sequence may begin instead of its home cell (no
+        empty cell lies between the two), e.g. where :meth:`_probe` stopped.
+        """
         table = self._table
         mask = table.size - 1
-        pos = (h & np.uint64(mask)).astype(np.int64)
+        pos = (h & np.uint64(mask)).astype(np.int64) if start is None else start.copy()
         pending = np.arange(slots.size)
         while pending.size:
             cell = table[pos]

@@ -318,3 +318,43 @@ def test_a_pickled_maintainer_resumes_where_it_stopped(tree):
         each.delete("S", pd.DataFrame({"A": [2], "C": [6]}))
         each.insert("R", pd.DataFrame({"A": [2], "B": [4]}))
     assert copy.result() == m.result() == {(1, 1): 1, (1, 2): 1, (2, 3): 1, (2, 4): 1}
+
+
+@pytest.mark.parametrize("flush_at", [1, 3, 10**9])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_absent_deletes_are_rejected_whenever_the_counts_are_folded(
+    monkeypatch, strategy, flush_at
+):
+    """The tuple counts fold their recorded changes into the index only now and then: a
+    delete must be checked the same before and after, across batches and within one."""
+    from ringml import batch as batch_module
+
+    monkeypatch.setattr(batch_module, "_FLUSH_AT", flush_at)
+    m = loaded(strategy)
+    extra = pd.DataFrame({"A": [5, 5, 6], "B": [7, 7, 8]})  # (5, 7) twice
+    m.insert("R", extra)
+    m.apply(UpdateBatch.deletes("R", extra.iloc[:1]))  # one (5, 7) left
+
+    def rejected(batches, value):
+        before = snapshot(m)
+        with pytest.raises(BatchError, match="not present") as caught:
+            m.apply(batches)
+        check_error(caught.value, "R", "B", value)
+        assert snapshot(m) == before
+
+    rejected(UpdateBatch.deletes("R", extra.iloc[:2]), "7")  # more copies than present
+    rejected([UpdateBatch.deletes("R", extra.iloc[:1])] * 2, "7")  # across two batches
+    # (6, 8) is present once; an insert and three deletes of it in one batch: one short
+    both = pd.DataFrame({"A": [6] * 4, "B": [8] * 4})
+    rejected(UpdateBatch("R", both, np.array([1, -1, -1, -1])), "8")
+    rejected(UpdateBatch("R", both, np.array([-1, -1, -1, 1])), "8")
+    # with a copy to spare the batch is fine, and leaves one (6, 8)
+    m.apply(UpdateBatch("R", both, np.array([1, -1, 1, -1])))
+    m.apply(UpdateBatch("R", both.iloc[:3], np.array([1, -1, -1])))
+    rejected(UpdateBatch.deletes("R", both.iloc[:1]), "8")
+    # an insert earlier in the same apply may be deleted later in it
+    m.apply([UpdateBatch.inserts("R", both.iloc[:1]), UpdateBatch.deletes("R", both.iloc[:1])])
+    m.apply(UpdateBatch.deletes("R", extra.iloc[:1]))
+    rejected(UpdateBatch.deletes("R", extra.iloc[:1]), "7")
+    reference = loaded("recompute")
+    assert m.result() == reference.result()

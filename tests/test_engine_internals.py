@@ -128,3 +128,92 @@ def test_a_delta_joining_nothing_changes_no_view_above_its_own():
     assert count == len(joined) == 3
     np.testing.assert_allclose(sums, x.sum(axis=0), rtol=1e-12)
     np.testing.assert_allclose(products, x.T @ x, rtol=1e-12)
+
+
+@pytest.mark.parametrize("hashed", [False, True])
+def test_key_index_matches_a_dict_through_inserts_and_removals(hashed):
+    """Absent keys are placed from where their probe stopped; hashed indexes use the key as
+    its own hash.  Either way every lookup agrees with a plain dict."""
+    from ringml.keyindex import KeyIndex
+
+    rng = np.random.default_rng(7)
+    width = 1 if hashed else 2
+    index = KeyIndex(width, hashed=hashed)
+    reference: dict[tuple, int] = {}
+    pool = rng.integers(-(2**63), 2**63 - 1, size=(3000, width), dtype=np.int64)
+    if not hashed:
+        pool[:, 1] = rng.integers(0, 3, 3000)  # many keys sharing a column
+    for _ in range(40):
+        batch = np.unique(pool[rng.integers(0, pool.shape[0], 200)], axis=0)
+        slots, new = index.get_or_insert(batch)
+        for key, slot, fresh in zip(map(tuple, batch), slots, new, strict=True):
+            assert fresh == (key not in reference)
+            assert reference.setdefault(key, int(slot)) == slot
+        if reference and rng.random() < 0.7:
+            keys = list(reference)
+            drop = [keys[i] for i in rng.choice(len(keys), len(keys) // 3, replace=False)]
+            index.remove(np.array([reference.pop(k) for k in drop], dtype=np.int64))
+        found = index.lookup(pool)
+        expected = [reference.get(tuple(k), -1) for k in pool]
+        np.testing.assert_array_equal(found, expected)
+    assert len(index) == len(reference)
+    index.clear()
+    assert index.hashed == hashed and len(index) == 0
+    with pytest.raises(ValueError):
+        KeyIndex(2, hashed=True)
+
+
+@pytest.mark.parametrize("flush_at", [1, 5, 10**9])
+def test_tuple_counts_match_a_counter(monkeypatch, flush_at):
+    """Deletes are checked against the index, the recorded (merged, not yet folded) changes,
+    the batch's own inserts and the earlier batches of the same apply, whenever the recorded
+    changes are folded into the index."""
+    from collections import Counter
+
+    from ringml import batch as batch_module
+
+    monkeypatch.setattr(batch_module, "_FLUSH_AT", flush_at)
+    rng = np.random.default_rng(3)
+    counts = TupleCounts(1)
+    present: Counter = Counter()
+    universe = TupleCounts.fingerprints([np.arange(40)])
+    for step in range(300):
+        ids = universe[rng.integers(0, 40, rng.integers(1, 12))]
+        signs = rng.choice([-2, -1, 1, 1, 2], ids.size).astype(np.int64)
+        earlier = None
+        if step % 7 == 0:  # an earlier, unrecorded batch of the same apply
+            earlier = (universe[rng.integers(0, 40, 3)], np.ones(3, dtype=np.int64))
+        record, delta, violating = counts.check(ids, signs, earlier)
+        pending = Counter(present)
+        if earlier is not None:
+            pending.update(dict(Counter(earlier[0].tolist())))
+        for fp, sign in zip(ids.tolist(), signs.tolist(), strict=True):
+            pending[fp] += sign
+        bad = {fp for fp in ids.tolist() if pending[fp] < 0}
+        if violating >= 0:
+            assert ids[violating] in bad and ids[violating] == min(bad)
+            continue
+        assert not bad
+        counts.apply(record, delta)
+        if step % 5 == 0:  # a rejected apply takes its recorded batch back
+            counts.apply(record, -delta)
+            continue
+        for fp, sign in zip(ids.tolist(), signs.tolist(), strict=True):
+            present[fp] += sign
+        if step % 11 == 0:
+            got = counts.current(np.unique(universe))
+            assert got.tolist() == [present[fp] for fp in np.unique(universe).tolist()]
+    assert len(counts.index) <= 40
+
+
+def test_tuple_counts_pickled_before_the_merge_still_work():
+    """Counts pickled before ``_merged`` existed carry only their list of changes."""
+    import pickle
+
+    counts = TupleCounts(1)
+    fps = TupleCounts.fingerprints([np.arange(5)])
+    counts.apply(fps, np.ones(5, dtype=np.int64))
+    del counts._merged
+    restored = pickle.loads(pickle.dumps(counts))
+    assert restored.current(np.sort(fps)).tolist() == [1] * 5
+    assert restored.check(fps[:1], np.array([-2]))[2] == 0
