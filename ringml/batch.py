@@ -328,7 +328,7 @@ class BatchPreparer:
             counts = self.counts[relation]
             unique, net, violating = counts.check(TupleCounts.fingerprints(arrays), signs, earlier)
             if violating >= 0:
-                row = frame.iloc[violating].to_dict()
+                row = frame.iloc[[violating]].to_dict("records")[0]  # keeps each dtype
                 raise BatchError(
                     f"relation {relation!r}: deleting tuple {row} that is not present "
                     f"(pass allow_absent_deletes=True for plain ring semantics)",
