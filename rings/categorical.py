@@ -46,6 +46,12 @@ categorical positions ``j, k`` counted from 0 within the categorical list)::
     P(j, k) = 2q + pq + t(j, k)       Q_jk, j < k          key1 = x_j, key2 = x_k
 
 (``t`` the row-major index in the strict upper triangle; ``key2`` is 0 where unused).
+
+Accumulators (the payloads of stored views) keep that table in a deferred form while they
+are added into (:class:`GCBatch`, :class:`_Deferred`): one packed integer key per entry, a
+main sorted run updated in place and a small sorted pending run for new keys, merged into
+the main run only when it passes a quarter of it, so adding a delta costs in proportion to
+the delta (amortized), not to the stored table.
 """
 
 from __future__ import annotations
@@ -88,34 +94,158 @@ class GCPayload:
     products: dict[tuple[int, int], Relation] = field(default_factory=dict)
 
 
-@dataclass
 class GCBatch:
-    """A batch of ``n`` payloads: dense continuous part plus a coalesced sparse COO table."""
+    """A batch of ``n`` payloads: dense continuous part plus a coalesced sparse COO table.
 
-    count: np.ndarray  # (n,) float64
-    sums: np.ndarray  # (n, p) float64, continuous sums
-    prods: np.ndarray  # (n, p(p+1)/2) float64, packed upper triangle of cont x cont
-    rows: np.ndarray  # (nnz,) int64
-    entry: np.ndarray  # (nnz,) int64
-    key1: np.ndarray  # (nnz,) int64
-    key2: np.ndarray  # (nnz,) int64
-    value: np.ndarray  # (nnz,) float64
-    #: (continuous, categorical) of the ring that made the batch
-    config: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+    ``rows``, ``entry``, ``key1``, ``key2`` and ``value`` always read as one coalesced table
+    (sorted by ``(row, entry, key1, key2)``, unique, no zeros).  An accumulator that
+    :meth:`GeneralizedCovarianceRing.batch_scatter_add` adds into holds its table in a
+    deferred form instead (:class:`_Deferred`: packed keys, a main run that may hold zeros
+    and a small pending run), so that an addition costs in proportion to the delta; reading
+    or assigning any of those five attributes first turns the table back into the plain
+    form (and the next addition packs it again).
+    """
+
+    def __init__(
+        self,
+        count: np.ndarray,  # (n,) float64
+        sums: np.ndarray,  # (n, p) float64, continuous sums
+        prods: np.ndarray,  # (n, p(p+1)/2) float64, packed upper triangle of cont x cont
+        rows: np.ndarray,  # (nnz,) int64
+        entry: np.ndarray,  # (nnz,) int64
+        key1: np.ndarray,  # (nnz,) int64
+        key2: np.ndarray,  # (nnz,) int64
+        value: np.ndarray,  # (nnz,) float64
+        #: (continuous, categorical) of the ring that made the batch
+        config: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()),
+    ) -> None:
+        self.count = count
+        self.sums = sums
+        self.prods = prods
+        self._rows, self._entry, self._key1, self._key2 = rows, entry, key1, key2
+        self._value = value
+        self.config = config
+        #: the sparse table in deferred form; while set, the five arrays above are unused
+        self._deferred: _Deferred | None = None
 
     def __len__(self) -> int:
         return len(self.count)
 
+    def __repr__(self) -> str:
+        return f"GCBatch(n={len(self)}, nnz={self.nnz}, config={self.config!r})"
+
+    def __setstate__(self, state: dict) -> None:
+        # batches pickled before the deferred form stored the table under the public names
+        for name in ("rows", "entry", "key1", "key2", "value"):
+            if name in state:
+                state["_" + name] = state.pop(name)
+        state.setdefault("_deferred", None)
+        self.__dict__.update(state)
+
+    def _plain(self) -> None:
+        """Turn a deferred table back into the five plain arrays."""
+        d = self._deferred
+        if d is None:
+            return
+        d.settle()
+        self._rows, self._entry, self._key1, self._key2 = d.decode(d.mkey)
+        self._value = d.mval
+        self._deferred = None
+
+    def _get(name: str):  # noqa: N805 - property factory used in the class body
+        private = "_" + name
+
+        def get(self: GCBatch) -> np.ndarray:
+            if self._deferred is not None:
+                self._plain()
+            return getattr(self, private)
+
+        def put(self: GCBatch, array: np.ndarray) -> None:
+            if self._deferred is not None:
+                self._plain()
+            setattr(self, private, array)
+
+        return property(get, put)
+
+    rows = _get("rows")
+    entry = _get("entry")
+    key1 = _get("key1")
+    key2 = _get("key2")
+    value = _get("value")
+    del _get
+
     @property
     def nnz(self) -> int:
         """Number of stored (non-zero) categorical relation entries in the batch."""
-        return len(self.value)
+        d = self._deferred
+        if d is not None:  # counted without turning the table back into plain arrays
+            return int(np.count_nonzero(d.mval)) + int(np.count_nonzero(d.pval))
+        return len(self._value)
+
+
+class _Deferred:
+    """The deferred form of an accumulator's sparse table (see :class:`GCBatch`).
+
+    Every entry is one packed key ``((row * E + entry) * K1 + key1) * K2 + key2`` (``E``
+    entry ids, ``K1``/``K2`` powers of two above every key), which orders like the table,
+    and a value.  The main run ``mkey``/``mval`` is sorted and unique but may hold zeros
+    (cancelled entries, cleared rows); the pending run ``pkey``/``pval`` is sorted, unique,
+    disjoint from the main run, and may hold zeros too.  ``zeros`` counts the zero values of
+    both runs.  Additions touch the main run in place and insert into the pending run only;
+    :meth:`settle` merges the pending run into the main one and drops the zeros.
+    """
+
+    def __init__(self, n_entries: int, k1: int, k2: int, mkey: np.ndarray, mval: np.ndarray):
+        self.e, self.k1, self.k2 = n_entries, k1, k2
+        self.span = n_entries * k1 * k2  # keys of row r lie in [r * span, (r + 1) * span)
+        self.mkey, self.mval = mkey, mval
+        self.pkey, self.pval = _EMPTY_I, _EMPTY_F
+        self.zeros = 0
+
+    def pack(self, rows, entry, key1, key2) -> np.ndarray:
+        return ((rows * self.e + entry) * self.k1 + key1) * self.k2 + key2
+
+    def decode(self, key: np.ndarray) -> list[np.ndarray]:
+        re, rest = np.divmod(key, self.k1 * self.k2)
+        key1, key2 = np.divmod(rest, self.k2)
+        rows, entry = np.divmod(re, self.e)
+        return [rows, entry, key1, key2]
+
+    def settle(self) -> None:
+        if len(self.pkey):
+            self.mkey, self.mval = _merge_runs(
+                [self.mkey, self.mval], [self.pkey, self.pval], self.mkey, self.pkey
+            )
+            self.pkey, self.pval = _EMPTY_I, _EMPTY_F
+            self.zeros = max(self.zeros, 1)  # the pending run's zeros are dropped too
+        if self.zeros:
+            keep = self.mval != 0
+            self.mkey, self.mval = self.mkey[keep], self.mval[keep]
+            self.zeros = 0
+
+
+def _merge_runs(
+    old: list[np.ndarray], new: list[np.ndarray], old_key: np.ndarray, new_key: np.ndarray
+) -> list[np.ndarray]:
+    """Columns of two sorted runs with disjoint keys merged into one sorted run."""
+    at = np.searchsorted(old_key, new_key) + np.arange(len(new_key), dtype=np.int64)
+    is_new = np.zeros(len(old_key) + len(new_key), dtype=bool)
+    is_new[at] = True
+    out = []
+    for a, b in zip(old, new, strict=True):
+        merged = np.empty(len(is_new), dtype=a.dtype)
+        merged[at] = b
+        merged[~is_new] = a
+        out.append(merged)
+    return out
 
 
 _I64 = np.dtype(np.int64)
 _F64 = np.dtype(np.float64)
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 _EMPTY_F = np.zeros(0, dtype=np.float64)
+#: a deferred table settles its pending run (or drops its zeros) past this size at least
+_PENDING_MIN = 4096
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -854,18 +984,54 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         except IndexError as exc:
             raise RingError(f"batch_take: bad index for a batch of {n}: {exc}") from None
         idx = np.atleast_1d(idx).astype(np.int64, copy=False)
-        ptr = self._row_ptr(batch)
-        lengths = ptr[idx + 1] - ptr[idx]
-        owner, pos = _ranges(ptr[idx], lengths)
+        d = batch._deferred
+        if d is not None:
+            return self._take_deferred(batch, d, idx)
+        rows = batch._rows
+        lo = np.searchsorted(rows, idx)
+        owner, pos = _ranges(lo, np.searchsorted(rows, idx + 1) - lo)
         return self._make(
             batch.count[idx],
             batch.sums[idx],
             batch.prods[idx],
             owner,
-            batch.entry[pos],
-            batch.key1[pos],
-            batch.key2[pos],
-            batch.value[pos],
+            batch._entry[pos],
+            batch._key1[pos],
+            batch._key2[pos],
+            batch._value[pos],
+            coalesce=False,
+        )
+
+    def _take_deferred(self, batch: GCBatch, d: _Deferred, idx: np.ndarray) -> GCBatch:
+        """:meth:`batch_take` from a deferred table: the rows' ranges of both runs, zeros
+        dropped, the two parts merged per taken row (their keys are disjoint)."""
+        parts = []
+        for run_key, run_value in ((d.mkey, d.mval), (d.pkey, d.pval)):
+            lo = np.searchsorted(run_key, idx * d.span)
+            owner, pos = _ranges(lo, np.searchsorted(run_key, (idx + 1) * d.span) - lo)
+            if d.zeros:
+                keep = run_value[pos] != 0
+                owner, pos = owner[keep], pos[keep]
+            parts.append((owner, run_key[pos] % d.span, run_value[pos]))
+        if len(parts[1][0]):  # pending entries: put each taken row's entries in key order
+            owner, local, value = (np.concatenate(c) for c in zip(*parts, strict=True))
+            if len(idx) * d.span < 2**63:
+                order = np.argsort(owner * d.span + local, kind="stable")
+            else:
+                order = np.lexsort((local, owner))
+            owner, local, value = owner[order], local[order], value[order]
+        else:
+            owner, local, value = parts[0]
+        _, entry, key1, key2 = d.decode(local)
+        return self._make(
+            batch.count[idx],
+            batch.sums[idx],
+            batch.prods[idx],
+            owner,
+            entry,
+            key1,
+            key2,
+            value,
             coalesce=False,
         )
 
@@ -1046,7 +1212,11 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         )
 
     def batch_scatter_add(self, target: GCBatch, slots: np.ndarray, values: GCBatch) -> GCBatch:
-        """``target[slots] += values`` in place: dense rows added, sparse tables merged."""
+        """``target[slots] += values`` in place: dense rows added, sparse tables merged.
+
+        The sparse delta goes into ``target``'s deferred table (:class:`_Deferred`): the
+        cost follows the delta, not the stored table, up to the occasional settling of the
+        pending run into the main one."""
         self._check_batch(target)
         self._check_batch(values)
         slots = np.asarray(slots, dtype=np.int64)
@@ -1062,9 +1232,9 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         target.count[slots] += values.count
         target.sums[slots] += values.sums
         target.prods[slots] += values.prods
-        if values.nnz and target.nnz and self._merge_into(target, slots, values):
+        if values.nnz and self._merge_into(target, slots, values):
             return target
-        if values.nnz:
+        if values.nnz:  # keys too wide for one packed integer: merge by a full re-sort
             cols = self._coalesce(
                 np.concatenate([target.rows, slots[values.rows]]),
                 np.concatenate([target.entry, values.entry]),
@@ -1075,27 +1245,43 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             target.rows, target.entry, target.key1, target.key2, target.value = cols
         return target
 
+    def _deferred(self, target: GCBatch, values: GCBatch) -> _Deferred | None:
+        """``target``'s deferred table, made (or packed again with wider keys) so that it
+        can take ``values``' keys; None when the packed keys would not fit in 63 bits."""
+        d = target._deferred
+        lo = min(int(values.key1.min()), int(values.key2.min()))
+        hi1, hi2 = int(values.key1.max()), int(values.key2.max())
+        if d is not None and lo >= 0 and hi1 < d.k1 and hi2 < d.k2:
+            return d
+        target._plain()
+        main = (target._rows, target._entry, target._key1, target._key2)
+        if len(target._value):
+            lo = min(lo, int(main[2].min()), int(main[3].min()))
+            hi1, hi2 = max(hi1, int(main[2].max())), max(hi2, int(main[3].max()))
+        # powers of two with a bit of headroom: new categories rarely force a new packing
+        k1 = 1 << max(hi1.bit_length() + 1, 4)
+        k2 = 1 << max(hi2.bit_length() + 1, 4)
+        if lo < 0 or max(len(target), 1) * self.n_entries * k1 * k2 >= 2**63:
+            return None
+        d = _Deferred(self.n_entries, k1, k2, _EMPTY_I, target._value)
+        d.mkey = d.pack(*main)
+        target._deferred = d
+        target._rows = target._entry = target._key1 = target._key2 = target._value = _EMPTY_I
+        return d
+
     def _merge_into(self, target: GCBatch, slots: np.ndarray, values: GCBatch) -> bool:
-        """Merge ``values``' sparse entries (rows mapped through unique ``slots``) into the
-        coalesced table of ``target`` without sorting it again: every entry gets one
-        integer key ``((row * entries + entry) * K1 + key1) * K2 + key2`` that orders like
-        ``(row, entry, key1, key2)``; the delta is sorted, located by binary search, added to
-        the entries it meets and inserted where it meets none, and cancelled entries are
-        dropped.  False (nothing done) when the keys would not fit in 63 bits."""
-        rows = slots[values.rows]
-        k1 = int(max(target.key1.max(), values.key1.max())) + 1
-        k2 = int(max(target.key2.max(), values.key2.max())) + 1
-        low = min(int(target.key1.min()), int(values.key1.min()))
-        low = min(low, int(target.key2.min()), int(values.key2.min()))
-        span = max(len(target), 1) * self.n_entries * k1 * k2
-        if low < 0 or span >= 2**63:
+        """Add ``values``' sparse entries (rows mapped through unique ``slots``) into the
+        deferred table of ``target``: the delta is packed, sorted and summed per key; keys of
+        the main run are found by binary search and added to in place (cancelled entries
+        stay as zeros); the others are added into, or inserted in, the small pending run.
+        The pending run is merged into the main one when it passes a quarter of it, and
+        zeros are dropped when they pass a quarter, so the copying of the stored table is
+        amortized over deltas of proportional total size.  False (nothing done) when the
+        keys would not fit in 63 bits."""
+        d = self._deferred(target, values)
+        if d is None:
             return False
-
-        def merge_key(r: np.ndarray, e: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-            return ((r * self.n_entries + e) * k1 + a) * k2 + b
-
-        have = merge_key(target.rows, target.entry, target.key1, target.key2)
-        key = merge_key(rows, values.entry, values.key1, values.key2)
+        key = d.pack(slots[values.rows], values.entry, values.key1, values.key2)
         order = np.argsort(key, kind="stable")
         key, value = key[order], values.value[order]
         new = np.empty(len(key), dtype=bool)
@@ -1104,26 +1290,26 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         if not new.all():  # repeated entries in the delta: add them up first
             starts = np.flatnonzero(new)
             key, value = key[starts], np.add.reduceat(value, starts)
-            order = order[starts]
-        pos = np.searchsorted(have, key)
-        hit = pos < len(have)
-        hit[hit] = have[pos[hit]] == key[hit]
-        if hit.any():
-            target.value[pos[hit]] += value[hit]
-        fresh = ~hit & (value != 0)
+        for run_key, run_value in ((d.mkey, d.mval), (d.pkey, d.pval)):
+            if not len(key) or not len(run_key):
+                continue
+            pos = np.searchsorted(run_key, key)
+            hit = pos < len(run_key)
+            hit[hit] = run_key[pos[hit]] == key[hit]
+            if hit.any():
+                at = pos[hit]
+                d.zeros -= int(np.count_nonzero(run_value[at] == 0))
+                run_value[at] += value[hit]
+                d.zeros += int(np.count_nonzero(run_value[at] == 0))
+                miss = ~hit
+                key, value = key[miss], value[miss]
+        fresh = value != 0
         if fresh.any():
-            at, take = pos[fresh], order[fresh]
-            target.rows = np.insert(target.rows, at, rows[take])
-            target.entry = np.insert(target.entry, at, values.entry[take])
-            target.key1 = np.insert(target.key1, at, values.key1[take])
-            target.key2 = np.insert(target.key2, at, values.key2[take])
-            target.value = np.insert(target.value, at, value[fresh])
-        if hit.any():
-            keep = target.value != 0
-            if not keep.all():
-                target.rows, target.entry = target.rows[keep], target.entry[keep]
-                target.key1, target.key2 = target.key1[keep], target.key2[keep]
-                target.value = target.value[keep]
+            key, value = key[fresh], value[fresh]
+            d.pkey, d.pval = _merge_runs([d.pkey, d.pval], [key, value], d.pkey, key)
+        limit = max(_PENDING_MIN, len(d.mkey) >> 2)
+        if len(d.pkey) > limit or d.zeros > limit:
+            d.settle()
         return True
 
     def batch_clear(self, target: GCBatch, slots: np.ndarray) -> GCBatch:
@@ -1132,7 +1318,17 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         target.count[slots] = 0.0
         target.sums[slots] = 0.0
         target.prods[slots] = 0.0
-        if target.nnz and len(slots):
+        d = target._deferred
+        if d is not None:  # zero the rows' entries in place
+            for run_key, run_value in ((d.mkey, d.mval), (d.pkey, d.pval)):
+                lo = np.searchsorted(run_key, slots * d.span)
+                _, pos = _ranges(lo, np.searchsorted(run_key, (slots + 1) * d.span) - lo)
+                if len(pos):
+                    d.zeros += int(np.count_nonzero(run_value[pos]))
+                    run_value[pos] = 0.0
+            if d.zeros > max(_PENDING_MIN, len(d.mkey) >> 2):
+                d.settle()
+        elif target.nnz and len(slots):
             mask = np.zeros(len(target), dtype=bool)
             mask[slots] = True
             keep = ~mask[target.rows]
@@ -1140,6 +1336,25 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             target.key1, target.key2 = target.key1[keep], target.key2[keep]
             target.value = target.value[keep]
         return target
+
+    def batch_resize(self, batch: GCBatch, n: int) -> GCBatch:
+        """Grow with zero rows (or truncate) to length ``n``; a deferred table stays deferred
+        (its arrays copied: the result shares nothing with ``batch``)."""
+        self._check_batch(batch)
+        d = batch._deferred
+        size = len(batch)
+        if d is None or n <= size or n * d.span >= 2**63:
+            return super().batch_resize(batch, n)
+        dense = []
+        for a in (batch.count, batch.sums, batch.prods):
+            grown = np.zeros((n,) + a.shape[1:], dtype=a.dtype)
+            grown[:size] = a
+            dense.append(grown)
+        out = self._make(*dense, coalesce=False)
+        copy = _Deferred(d.e, d.k1, d.k2, d.mkey.copy(), d.mval.copy())
+        copy.pkey, copy.pval, copy.zeros = d.pkey.copy(), d.pval.copy(), d.zeros
+        out._deferred = copy
+        return out
 
     def batch_is_zero(self, a: GCBatch) -> np.ndarray:
         self._check_batch(a)

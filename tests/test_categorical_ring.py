@@ -529,3 +529,183 @@ def test_coalesce_with_codes_too_wide_for_one_key():
     store = ring.batch_scatter_add(store, np.array([1]), ring.batch_take(a, [0]))
     second = ring.batch_to_list(store)[1]
     assert ring.entry(second, "u", "v") == {(big, big): 1.0, (1, 2): 1.0}
+
+
+# ------------------------------------------------------- deferred accumulator tables
+def _plain_reference(monkeypatch_context):
+    """Patch the ring so that scatter-adds take the plain full re-sort path."""
+    monkeypatch_context.setattr(G, "_merge_into", lambda self, *args: False)
+
+
+def _random_delta(ring: G, rng, n: int):
+    cols = [
+        rng.normal(size=n).round(1),
+        rng.integers(-2, 3, n).astype(float),
+        rng.integers(0, 6, n),
+        rng.integers(0, 3, n),
+        rng.integers(0, 4, n),
+    ]
+    lifted = ring.batch_lift_many(["a", "b", "x", "y", "z"], cols)
+    return ring.batch_scale(lifted, rng.integers(-1, 2, n))
+
+
+def _dict_of(ring: G, b: GCBatch) -> dict:
+    """(row, entry, key1, key2) -> value of a batch's sparse table, read by batch_take."""
+    t = ring.batch_take(b, np.arange(len(b)))
+    return {
+        (r, e, k1, k2): v
+        for r, e, k1, k2, v in zip(*(x.tolist() for x in _arrays(t)[3:]), strict=True)
+    }
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("pending_min", [0, 3, 4096])
+def test_deferred_table_equals_the_plain_merge(seed, pending_min, monkeypatch):
+    """A long mix of scatter-adds (unique and repeated slots, deltas cancelling stored
+    entries), clears, resizes and takes on a deferred accumulator gives, bit for bit, what
+    the plain re-sorting merge gives, and what a dict oracle of the sparse entries gives;
+    with small pending limits the pending run is settled (and zeros dropped) often."""
+    import copy
+
+    import ringml.rings.categorical as module
+
+    monkeypatch.setattr(module, "_PENDING_MIN", pending_min)
+    rng = np.random.default_rng(seed)
+    ring = G(["a", "b"], ["x", "y", "z"])
+    cap = 6
+    fast, slow = ring.batch_accumulator(cap), ring.batch_accumulator(cap)
+    oracle: dict = {}
+    for step in range(60):
+        op = rng.integers(0, 10)
+        if op == 0:
+            slots = rng.choice(cap, int(rng.integers(1, 3)), replace=False)
+            fast = ring.batch_clear(fast, slots)
+            slow = ring.batch_clear(slow, slots)
+            oracle = {k: v for k, v in oracle.items() if k[0] not in set(slots.tolist())}
+        elif op == 1:
+            cap += int(rng.integers(1, 4))
+            fast, slow = ring.batch_resize(fast, cap), ring.batch_resize(slow, cap)
+        else:
+            m = int(rng.integers(1, cap + 1))
+            if step % 3:
+                slots = rng.choice(cap, m, replace=False)
+            else:
+                slots = rng.integers(0, cap, m)
+            if op == 2:  # cancel what is stored at those (unique) slots
+                slots = np.unique(slots)
+                values = ring.batch_neg(ring.batch_take(slow, slots))
+            else:
+                values = _random_delta(ring, rng, len(slots))
+            for (r, e, k1, k2), v in _dict_of(ring, values).items():
+                key = (int(slots[r]), e, k1, k2)
+                oracle[key] = oracle.get(key, 0.0) + v
+            fast = ring.batch_scatter_add(fast, slots, copy.deepcopy(values))
+            with monkeypatch.context() as patch:
+                _plain_reference(patch)
+                slow = ring.batch_scatter_add(slow, slots, values)
+        oracle = {k: v for k, v in oracle.items() if v != 0}
+        idx = rng.integers(0, cap, int(rng.integers(0, 2 * cap)))
+        for got, want in zip(
+            _arrays(ring.batch_take(fast, idx)), _arrays(ring.batch_take(slow, idx)), strict=True
+        ):
+            np.testing.assert_array_equal(got, want)
+        if step % 7 == 0:  # the dict oracle (values are sums of one-decimal terms: close)
+            got = _dict_of(ring, fast)
+            assert got.keys() == oracle.keys()
+            for k, v in oracle.items():
+                assert got[k] == pytest.approx(v, abs=1e-9)
+        if step % 11 == 0:  # reading the plain arrays settles; adding again re-packs
+            copy_ = copy.deepcopy(fast)
+            for got, want in zip(_arrays(copy_), _arrays(slow), strict=True):
+                np.testing.assert_array_equal(got, want)
+    assert fast._deferred is not None or pending_min == 0 or cap == 0
+    for got, want in zip(_arrays(fast), _arrays(slow), strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert list(ring.batch_is_zero(fast)) == list(ring.batch_is_zero(slow))
+
+
+def test_deferred_add_does_not_copy_the_stored_table():
+    """A small delta of new keys goes into the pending run; a delta of stored keys adds in
+    place: the main run's arrays are not copied."""
+    ring = G(["a"], ["x", "y"])
+    n = 200
+    acc = ring.batch_accumulator(n)
+    big = ring.batch_lift_many(
+        ["a", "x", "y"], [np.arange(n, dtype=float) + 1, np.arange(n) % 7, np.arange(n) % 5]
+    )
+    acc = ring.batch_scatter_add(acc, np.arange(n), big)
+    d = acc._deferred
+    assert d is not None
+    mkey, mval = d.mkey, d.mval
+    small = ring.batch_lift_many(["a", "x", "y"], [np.array([2.0]), [3], [4]])
+    ring.batch_scatter_add(acc, np.array([5]), small)  # new keys: pending
+    ring.batch_scatter_add(acc, np.array([0]), ring.batch_take(big, [0]))  # stored keys
+    ring.batch_clear(acc, np.array([7]))
+    assert d.mkey is mkey and d.mval is mval and len(d.pkey) > 0 and d.zeros > 0
+    got = ring.batch_to_list(ring.batch_take(acc, [0, 5, 7]))
+    assert ring.equal(got[0], ring.scale(ring.batch_to_list(ring.batch_take(big, [0]))[0], 2))
+    five = ring.add(ring.batch_to_list(ring.batch_take(big, [5]))[0], ring.batch_to_list(small)[0])
+    assert ring.equal(got[1], five)
+    assert ring.is_zero(got[2])
+    assert acc.nnz == sum(len(ring.batch_take(acc, [r]).value) for r in range(n))
+    assert acc._deferred is not None and len(acc.rows) == acc.nnz
+    assert acc._deferred is None  # reading the plain arrays turned the table back
+
+
+def test_deferred_table_pickles_and_keeps_working():
+    import pickle
+
+    ring = G(["a"], ["x", "y"])
+    acc = ring.batch_accumulator(4)
+    lifted = ring.batch_lift_many(["a", "x", "y"], [np.array([1.0, 2.0]), [1, 2], [3, 1]])
+    acc = ring.batch_scatter_add(acc, np.array([0, 3]), lifted)
+    acc = ring.batch_scatter_add(acc, np.array([1]), ring.batch_take(lifted, [1]))
+    ring.batch_clear(acc, np.array([0]))
+    assert acc._deferred is not None and len(acc._deferred.pkey)
+    restored = pickle.loads(pickle.dumps(acc))
+    for b in (acc, restored):
+        b = ring.batch_scatter_add(b, np.array([2]), ring.batch_take(lifted, [0]))
+    assert ring.batch_to_list(acc) == ring.batch_to_list(restored)
+    expected = [ring.zero(), *ring.batch_to_list(ring.batch_take(lifted, [1, 0, 1]))]
+    for got, want in zip(ring.batch_to_list(restored), expected, strict=True):
+        assert ring.equal(got, want)
+
+
+def test_batches_pickled_before_the_deferred_form_still_load():
+    """Pickles of the earlier dataclass stored the table under the public attribute names."""
+    ring = G(["a"], ["x"])
+    b = ring.batch_lift_many(["a", "x"], [np.array([1.5, 2.0]), [3, 4]])
+    old_state = {
+        "count": b.count,
+        "sums": b.sums,
+        "prods": b.prods,
+        "rows": b.rows,
+        "entry": b.entry,
+        "key1": b.key1,
+        "key2": b.key2,
+        "value": b.value,
+        "config": b.config,
+    }
+    restored = GCBatch.__new__(GCBatch)
+    restored.__setstate__({k: np.copy(v) if k != "config" else v for k, v in old_state.items()})
+    assert ring.batch_to_list(restored) == ring.batch_to_list(b)
+    acc = ring.batch_scatter_add(restored, np.array([0, 1]), b)
+    assert ring.batch_to_list(acc) == ring.batch_to_list(ring.batch_scale(b, np.array([2, 2])))
+
+
+def test_deferred_keys_repack_when_codes_grow_and_fall_back_when_too_wide():
+    ring = G([], ["u", "v"])
+    acc = ring.batch_accumulator(3)
+    small = ring.batch_lift_many(["u", "v"], [np.array([1, 2]), np.array([3, 1])])
+    acc = ring.batch_scatter_add(acc, np.array([0, 1]), small)
+    k1 = acc._deferred.k1
+    wider = ring.batch_lift_many(["u", "v"], [np.array([500]), np.array([2])])
+    acc = ring.batch_scatter_add(acc, np.array([0]), wider)
+    assert acc._deferred.k1 > k1
+    huge = ring.batch_lift_many(["u", "v"], [np.array([2**40]), np.array([2**40])])
+    acc = ring.batch_scatter_add(acc, np.array([2]), huge)
+    assert acc._deferred is None  # packed keys would not fit: the plain merge
+    got = ring.batch_to_list(acc)
+    assert ring.entry(got[0], "u", "v") == {(1, 3): 1.0, (500, 2): 1.0}
+    assert ring.entry(got[1], "u", "v") == {(2, 1): 1.0}
+    assert ring.entry(got[2], "u", "v") == {(2**40, 2**40): 1.0}
