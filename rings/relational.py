@@ -273,8 +273,22 @@ def _load(data: bytes, names: Sequence[str]) -> list[np.ndarray]:
         raise RingError(f"invalid batch bytes: {e}") from None
 
 
+class _RowTable:
+    """``n`` payloads as one COO table whose entries carry their payload's ``row``."""
+
+    n: int
+    row: np.ndarray
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def nnz(self) -> int:
+        return len(self.row)
+
+
 @dataclass(frozen=True, eq=False)
-class RelationBatch:
+class RelationBatch(_RowTable):
     """``n`` relations as one coalesced COO table (see the module docstring).
 
     ``codes[:, j]`` holds the values of ``variables[j]`` (sorted names); :data:`ABSENT` marks a
@@ -288,13 +302,6 @@ class RelationBatch:
     codes: np.ndarray
     mult: np.ndarray
 
-    def __len__(self) -> int:
-        return self.n
-
-    @property
-    def nnz(self) -> int:
-        return len(self.row)
-
     @property
     def schema(self) -> tuple[str, ...] | None:
         """The common schema of every tuple, or None when the batch mixes schemas."""
@@ -302,9 +309,23 @@ class RelationBatch:
             return None
         return self.variables
 
+    def select(self, pos, n: int | None = None, row=None) -> RelationBatch:
+        """The entries at ``pos`` (indices or a mask), optionally as ``n`` rows numbered
+        ``row``; variables no remaining tuple has are dropped."""
+        return _relation_batch(
+            self.n if n is None else n,
+            self.variables,
+            self.row[pos] if row is None else row,
+            self.codes[pos],
+            self.mult[pos],
+        )
+
+    def with_mult(self, mult: np.ndarray) -> RelationBatch:
+        return RelationBatch(self.n, self.variables, self.row, self.codes, mult)
+
 
 @dataclass(frozen=True, eq=False)
-class FactorizedBatch:
+class FactorizedBatch(_RowTable):
     """``n`` factorized payloads as a COO table: ``var`` is the index of the key's variable in
     the ring's order (``len(order)`` for the empty key, whose ``code`` is 0)."""
 
@@ -314,12 +335,83 @@ class FactorizedBatch:
     code: np.ndarray
     mult: np.ndarray
 
-    def __len__(self) -> int:
-        return self.n
+    def select(self, pos, n: int | None = None, row=None) -> FactorizedBatch:
+        """The entries at ``pos`` (indices or a mask), optionally as ``n`` rows numbered
+        ``row``."""
+        return FactorizedBatch(
+            self.n if n is None else n,
+            self.row[pos] if row is None else row,
+            self.var[pos],
+            self.code[pos],
+            self.mult[pos],
+        )
 
-    @property
-    def nnz(self) -> int:
-        return len(self.row)
+    def with_mult(self, mult: np.ndarray) -> FactorizedBatch:
+        return FactorizedBatch(self.n, self.row, self.var, self.code, mult)
+
+
+def _relation_batch(n: int, variables: Sequence[str], row, codes, mult) -> RelationBatch:
+    """A :class:`RelationBatch`, dropping variables absent from every remaining tuple."""
+    variables = tuple(variables)
+    if codes.shape[1]:
+        used = (codes != ABSENT).any(axis=0) if len(row) else np.zeros(len(variables), bool)
+        if not used.all():
+            variables = tuple(v for v, u in zip(variables, used, strict=True) if u)
+            codes = codes[:, used]
+    return RelationBatch(n, variables, _i64(row), codes.astype(np.int64, copy=False), _i64(mult))
+
+
+class _RowTableFace:
+    """The batched operations that rings whose batches are row-numbered COO tables (key
+    columns and an exact multiplicity per entry) share; ``batch_type`` is that table."""
+
+    batch_type: type
+
+    def _b(self, a: Any):
+        if not isinstance(a, self.batch_type):
+            raise RingError(
+                f"{self!r}: expected a {self.batch_type.__name__}, got {type(a).__name__}"
+            )
+        return a
+
+    def _pair(self, a: Any, b: Any):
+        a, b = self._b(a), self._b(b)
+        if a.n != b.n:
+            raise RingError(f"{self!r}: batches of lengths {a.n} and {b.n}")
+        return a, b
+
+    def batch_len(self, batch) -> int:
+        return self._b(batch).n
+
+    def batch_take(self, batch, index: np.ndarray):
+        b = self._b(batch)
+        index = _check_index(index, b.n)
+        pos, new_row = _row_slices(b.row, b.n, index)
+        return b.select(pos, len(index), new_row)
+
+    def batch_neg(self, a):
+        a = self._b(a)
+        return a.with_mult(checked_neg(a.mult))
+
+    def batch_scale(self, a, k: np.ndarray):
+        a = self._b(a)
+        k = _i64(k)
+        if k.shape != (a.n,):
+            raise RingError(f"scale factors of shape {k.shape} for a batch of {a.n}")
+        mult = checked_mul(a.mult, k[a.row], "scaling")
+        return a.with_mult(mult).select(mult != 0)
+
+    def batch_is_zero(self, a) -> np.ndarray:
+        a = self._b(a)
+        return np.bincount(a.row, minlength=a.n) == 0
+
+    def batch_clear(self, target, slots: np.ndarray):
+        t = self._b(target)
+        return t.select(~np.isin(t.row, _check_index(slots, t.n)))
+
+    def batch_resize(self, batch, n: int):
+        b = self._b(batch)
+        return b.select(b.row < n, n)
 
 
 def _i64(x: Any) -> np.ndarray:
@@ -327,7 +419,7 @@ def _i64(x: Any) -> np.ndarray:
 
 
 # =================================================================== the relational ring
-class RelationalRing(Ring):
+class RelationalRing(_RowTableFace, Ring):
     """F[ℤ] (Definition 8): relations over ℤ, ``+`` = ⊎, ``*`` = ⊗ (natural join).
 
     ``listed`` variables lift to singleton relations ``x ↦ {(X=x) ↦ 1}`` (listing / group-by
@@ -337,6 +429,7 @@ class RelationalRing(Ring):
     """
 
     name = "relational"
+    batch_type = RelationBatch
 
     def __init__(self, listed: Iterable[str] = ()) -> None:
         if isinstance(listed, str):
@@ -420,29 +513,7 @@ class RelationalRing(Ring):
         return sum(a.values())
 
     # ---------------------------------------------------------------- batched face
-    def _b(self, a: Any) -> RelationBatch:
-        if not isinstance(a, RelationBatch):
-            raise RingError(f"{self!r}: expected a RelationBatch, got {type(a).__name__}")
-        return a
-
-    def _pair(self, a: Any, b: Any) -> tuple[RelationBatch, RelationBatch]:
-        a, b = self._b(a), self._b(b)
-        if a.n != b.n:
-            raise RingError(f"{self!r}: batches of lengths {a.n} and {b.n}")
-        return a, b
-
-    @staticmethod
-    def _make(n: int, variables: Sequence[str], row, codes, mult) -> RelationBatch:
-        """Build a batch, dropping variables absent from every remaining tuple."""
-        variables = tuple(variables)
-        if codes.shape[1]:
-            used = (codes != ABSENT).any(axis=0) if len(row) else np.zeros(len(variables), bool)
-            if not used.all():
-                variables = tuple(v for v, u in zip(variables, used, strict=True) if u)
-                codes = codes[:, used]
-        return RelationBatch(
-            n, variables, _i64(row), codes.astype(np.int64, copy=False), _i64(mult)
-        )
+    _make = staticmethod(_relation_batch)
 
     @staticmethod
     def _align(b: RelationBatch, variables: tuple[str, ...]) -> np.ndarray:
@@ -497,15 +568,6 @@ class RelationalRing(Ring):
             out[r][key] = m
         return out
 
-    def batch_len(self, batch: RelationBatch) -> int:
-        return self._b(batch).n
-
-    def batch_take(self, batch: RelationBatch, index: np.ndarray) -> RelationBatch:
-        b = self._b(batch)
-        index = _check_index(index, b.n)
-        pos, new_row = _row_slices(b.row, b.n, index)
-        return self._make(len(index), b.variables, new_row, b.codes[pos], b.mult[pos])
-
     def batch_concat(self, batches: Sequence[RelationBatch]) -> RelationBatch:
         bs = [self._b(b) for b in batches]
         if not bs:
@@ -534,28 +596,11 @@ class RelationalRing(Ring):
             return b
         return self._sum_tables(a.n, [(a, a.row), (b, b.row)])
 
-    def batch_neg(self, a: RelationBatch) -> RelationBatch:
-        a = self._b(a)
-        return RelationBatch(a.n, a.variables, a.row, a.codes, checked_neg(a.mult))
-
-    def batch_scale(self, a: RelationBatch, k: np.ndarray) -> RelationBatch:
-        a = self._b(a)
-        k = _i64(k)
-        if k.shape != (a.n,):
-            raise RingError(f"scale factors of shape {k.shape} for a batch of {a.n}")
-        mult = checked_mul(a.mult, k[a.row], "scaling")
-        keep = mult != 0
-        return self._make(a.n, a.variables, a.row[keep], a.codes[keep], mult[keep])
-
     def batch_sum_by(self, a: RelationBatch, groups: np.ndarray, n_groups: int) -> RelationBatch:
         a = self._b(a)
         groups = _check_groups(groups, a.n, n_groups)
         row, codes, mult = _coalesce(groups[a.row], a.codes, a.mult)
         return self._make(n_groups, a.variables, row, codes, mult)
-
-    def batch_is_zero(self, a: RelationBatch) -> np.ndarray:
-        a = self._b(a)
-        return np.bincount(a.row, minlength=a.n) == 0
 
     @staticmethod
     def _patterns(b: RelationBatch) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -626,16 +671,6 @@ class RelationalRing(Ring):
             return t
         return self._sum_tables(t.n, [(t, t.row), (v, slots[v.row])])
 
-    def batch_clear(self, target: RelationBatch, slots: np.ndarray) -> RelationBatch:
-        t = self._b(target)
-        keep = ~np.isin(t.row, _check_index(slots, t.n))
-        return self._make(t.n, t.variables, t.row[keep], t.codes[keep], t.mult[keep])
-
-    def batch_resize(self, batch: RelationBatch, n: int) -> RelationBatch:
-        b = self._b(batch)
-        keep = b.row < n
-        return self._make(n, b.variables, b.row[keep], b.codes[keep], b.mult[keep])
-
     def batch_to_bytes(self, batch: RelationBatch) -> bytes:
         b = self._b(batch)
         return _save(
@@ -656,7 +691,7 @@ class RelationalRing(Ring):
 
 
 # =================================================================== the factorized ring
-class FactorizedRing(Ring):
+class FactorizedRing(_RowTableFace, Ring):
     """Factorized payloads of Example 21: relations over at most one variable.
 
     ``order`` lists the listed (free) variables top-down along the variable order, i.e. by
@@ -697,6 +732,7 @@ class FactorizedRing(Ring):
     """
 
     name = "factorized"
+    batch_type = FactorizedBatch
 
     def __init__(self, order: Sequence[str]) -> None:
         if isinstance(order, str):
@@ -807,17 +843,6 @@ class FactorizedRing(Ring):
         return {k: m for k, m in out.items() if m}
 
     # ---------------------------------------------------------------- batched face
-    def _b(self, a: Any) -> FactorizedBatch:
-        if not isinstance(a, FactorizedBatch):
-            raise RingError(f"{self!r}: expected a FactorizedBatch, got {type(a).__name__}")
-        return a
-
-    def _pair(self, a: Any, b: Any) -> tuple[FactorizedBatch, FactorizedBatch]:
-        a, b = self._b(a), self._b(b)
-        if a.n != b.n:
-            raise RingError(f"{self!r}: batches of lengths {a.n} and {b.n}")
-        return a, b
-
     @staticmethod
     def _make(n: int, row, var, code, mult, coalesce: bool = True) -> FactorizedBatch:
         row, var, code, mult = _i64(row), _i64(var), _i64(code), _i64(mult)
@@ -878,15 +903,6 @@ class FactorizedRing(Ring):
             out[r][key] = m
         return out
 
-    def batch_len(self, batch: FactorizedBatch) -> int:
-        return self._b(batch).n
-
-    def batch_take(self, batch: FactorizedBatch, index: np.ndarray) -> FactorizedBatch:
-        b = self._b(batch)
-        index = _check_index(index, b.n)
-        pos, new_row = _row_slices(b.row, b.n, index)
-        return FactorizedBatch(len(index), new_row, b.var[pos], b.code[pos], b.mult[pos])
-
     def batch_concat(self, batches: Sequence[FactorizedBatch]) -> FactorizedBatch:
         bs = [self._b(b) for b in batches]
         if not bs:
@@ -909,27 +925,10 @@ class FactorizedRing(Ring):
         cat = self.batch_concat([a, b])
         return self._make(a.n, np.concatenate([a.row, b.row]), cat.var, cat.code, cat.mult)
 
-    def batch_neg(self, a: FactorizedBatch) -> FactorizedBatch:
-        a = self._b(a)
-        return FactorizedBatch(a.n, a.row, a.var, a.code, checked_neg(a.mult))
-
-    def batch_scale(self, a: FactorizedBatch, k: np.ndarray) -> FactorizedBatch:
-        a = self._b(a)
-        k = _i64(k)
-        if k.shape != (a.n,):
-            raise RingError(f"scale factors of shape {k.shape} for a batch of {a.n}")
-        mult = checked_mul(a.mult, k[a.row], "scaling")
-        keep = mult != 0
-        return FactorizedBatch(a.n, a.row[keep], a.var[keep], a.code[keep], mult[keep])
-
     def batch_sum_by(self, a: FactorizedBatch, groups: np.ndarray, n_groups: int):
         a = self._b(a)
         groups = _check_groups(groups, a.n, n_groups)
         return self._make(n_groups, groups[a.row], a.var, a.code, a.mult)
-
-    def batch_is_zero(self, a: FactorizedBatch) -> np.ndarray:
-        a = self._b(a)
-        return np.bincount(a.row, minlength=a.n) == 0
 
     def _level_totals(self, b: FactorizedBatch) -> tuple[np.ndarray, np.ndarray]:
         """``T[r, i]``: total multiplicity of row ``r``'s keys at index ``i`` (``()`` is index
@@ -1016,16 +1015,6 @@ class FactorizedRing(Ring):
             np.concatenate([t.code, v.code]),
             np.concatenate([t.mult, v.mult]),
         )
-
-    def batch_clear(self, target: FactorizedBatch, slots: np.ndarray) -> FactorizedBatch:
-        t = self._b(target)
-        keep = ~np.isin(t.row, _check_index(slots, t.n))
-        return FactorizedBatch(t.n, t.row[keep], t.var[keep], t.code[keep], t.mult[keep])
-
-    def batch_resize(self, batch: FactorizedBatch, n: int) -> FactorizedBatch:
-        b = self._b(batch)
-        keep = b.row < n
-        return FactorizedBatch(n, b.row[keep], b.var[keep], b.code[keep], b.mult[keep])
 
     def batch_to_bytes(self, batch: FactorizedBatch) -> bytes:
         b = self._b(batch)
