@@ -154,9 +154,16 @@ class KeyIndex:
                 grown[: self._direct.size] = self._direct
                 self._direct = grown
             return True
-        self._direct = None
+        self._leave_direct()
         self._rehash(self._size + column.size)
         return False
+
+    def _leave_direct(self) -> None:
+        """Stop direct addressing: the keys placed so far get the hashes the table needs."""
+        self._direct = None
+        slots = self.live_slots()
+        if slots.size:
+            self.hashes[slots] = self._hash(self.keys[slots])
 
     def _get_or_insert_direct(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         column = keys[:, 0]

@@ -1,0 +1,85 @@
+"""The key index leaves direct addressing without losing a key.
+
+Single-column indexes start with direct addressing (one gather per lookup) and move to the
+hash table when a key is negative, far above the others, or beyond the direct range.  The
+keys placed before the move must be found afterwards; a bug there made known values get a
+second code, so a join missed its partner and a delete drove a count to -1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ringml.rings.scalar import IntegerRing
+
+from ringml.encoding import Dictionary
+from ringml.keyindex import KeyIndex
+from ringml.maintainer import STRATEGIES, Maintainer
+from ringml.query import Query
+
+KEYS = st.one_of(
+    st.integers(0, 40),  # dense: direct addressing
+    st.integers(-5, -1),  # negative: leaves it
+    st.integers(60_000, 70_000),  # beyond 65,536
+    st.integers(-(2**63), 2**63 - 1),  # anything
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(KEYS, min_size=1, max_size=12), min_size=1, max_size=8), st.data())
+def test_single_column_index_matches_a_dict(batches, data):
+    index = KeyIndex(1)
+    reference: dict[int, int] = {}
+    for batch in batches:
+        keys = np.unique(np.asarray(batch, dtype=np.int64))
+        slots, new = index.get_or_insert(keys)
+        for key, slot, fresh in zip(keys.tolist(), slots.tolist(), new.tolist(), strict=True):
+            assert fresh == (key not in reference), key
+            assert reference.setdefault(key, slot) == slot, key
+        if reference and data.draw(st.booleans()):
+            drop = data.draw(st.lists(st.sampled_from(sorted(reference)), unique=True))
+            index.remove(np.asarray([reference.pop(k) for k in drop], dtype=np.int64))
+        probe = np.asarray(sorted(set(reference) | set(batch)), dtype=np.int64)
+        expected = [reference.get(k, -1) for k in probe.tolist()]
+        np.testing.assert_array_equal(index.lookup(probe), expected)
+        assert len(index) == len(reference)
+
+
+def test_dictionary_keeps_its_codes_when_a_negative_key_arrives():
+    d = Dictionary("B")
+    first = d.encode(np.array([5, 1, 3]))
+    d.encode(np.array([-1]))
+    d.encode(np.array([2**40]))
+    np.testing.assert_array_equal(d.encode(np.array([5, 1, 3])), first)
+    assert len(d) == 5
+
+
+@pytest.mark.parametrize("tree", ["tau", "nu"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("odd_key", [-1, 2**40, 70_000])
+def test_the_issue_example_counts_1_then_0(strategy, tree, odd_key):
+    query = Query({"R": ["A", "B"], "S": ["B", "C"]}, IntegerRing())
+    m = Maintainer(query, strategy=strategy, tree=tree)
+    m.insert("R", pd.DataFrame({"A": [1], "B": [5]}))
+    m.insert("S", pd.DataFrame({"B": [odd_key], "C": [1]}))
+    m.insert("S", pd.DataFrame({"B": [5], "C": [2]}))
+    assert m.result() == 1
+    m.delete("R", pd.DataFrame({"A": [1], "B": [5]}))
+    assert m.result() == 0
+
+
+@pytest.mark.parametrize("tree", ["tau", "nu"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_groups_are_listed_once_after_the_index_moves(strategy, tree):
+    query = Query({"R": ["A", "B"], "S": ["B", "C"]}, IntegerRing(), free=["B"])
+    m = Maintainer(query, strategy=strategy, tree=tree)
+    m.insert("R", pd.DataFrame({"A": [1, 2], "B": [5, 6]}))
+    m.insert("S", pd.DataFrame({"B": [5, 6], "C": [2, 2]}))
+    m.insert("S", pd.DataFrame({"B": [-3, 70_000], "C": [1, 1]}))
+    m.insert("R", pd.DataFrame({"A": [3, 4, 5], "B": [5, -3, 70_000]}))
+    groups = [key for key, _ in m.enumerate()]
+    assert len(groups) == len(set(groups))
+    assert dict(m.enumerate()) == {(5,): 2, (6,): 1, (-3,): 1, (70_000,): 1}
