@@ -4,14 +4,17 @@ No pyspark here: these helpers are used by the driver (streaming) and inside exe
 (distributed shards), and are testable without a JVM.
 
 * :func:`snapshot_maintainer` / :func:`restore_maintainer` turn a maintainer into bytes and
-  back.  A plain ``pickle`` of a maintainer is not enough today: the engine keys its view
-  stores by ``id(node)``, which unpickled nodes do not keep, so the snapshot re-keys the
-  stores by the node's position in the view tree (pre-order) and restores the identity map.
+  back.  A snapshot records the maintainer's :meth:`~ringml.Maintainer.description` (query,
+  ring configuration, order, strategy, ...); restoring it *like* a given maintainer first
+  checks that description (:class:`CheckpointError` naming every part that differs) and
+  then binds the state to that maintainer's query and ring object (the ring takes the
+  stored state, e.g. its covariance shifts), so the caller's ``query.ring`` reads results.
 * :func:`atomic_write` writes a file so that readers see the old or the new content, never
   a mix (temporary file in the same folder, fsync, ``os.replace``, fsync of the folder).
 * :class:`StateCheckpoint` keeps ``(maintainer, last applied batch id)`` in one file, written
   atomically, plus an optional write-ahead log of the batches applied since the last
-  snapshot (``snapshot_every > 1``), replayed on load.
+  snapshot (``snapshot_every > 1``), replayed on load; ``load(like=...)`` refuses the state
+  of another query.
 
 Cost: a snapshot serializes every materialized view (numpy arrays; pickle protocol 5), so
 it is linear in the maintained state, not in the batch.  With ``snapshot_every=N`` a batch
@@ -21,13 +24,15 @@ costs a log record linear in the batch, and every N-th batch a full snapshot.
 from __future__ import annotations
 
 import contextlib
+import io
+import json
 import os
 import pickle
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -38,11 +43,12 @@ __all__ = [
     "CheckpointError",
     "StateCheckpoint",
     "atomic_write",
+    "check_same_description",
     "restore_maintainer",
     "snapshot_maintainer",
 ]
 
-_FORMAT = 1
+_FORMAT = 2
 _STATE_FILE = "state.pkl"
 _LOG_DIR = "log"
 _LOG_NAME = re.compile(r"^(\d{12})\.pkl$")
@@ -53,36 +59,127 @@ class CheckpointError(RuntimeError):
 
 
 def snapshot_maintainer(maintainer: Maintainer) -> bytes:
-    """Serialize a maintainer (views, dictionaries, tuple counts, ring shifts) to bytes."""
-    if "__setstate__" in type(maintainer).__dict__:  # the engine pickles itself correctly
-        return pickle.dumps(("pickle", _FORMAT, maintainer), protocol=5)
-    stores = getattr(maintainer, "_stores", None)
-    state = dict(maintainer.__dict__)
-    if stores is not None:
-        position = {id(node): i for i, node in enumerate(maintainer.tree.nodes())}
-        missing = [key for key in stores if key not in position]
-        if missing:
-            raise CheckpointError("a view store belongs to no node of the view tree")
-        state["_stores"] = {position[key]: store for key, store in stores.items()}
-    return pickle.dumps(("state", _FORMAT, type(maintainer), state), protocol=5)
+    """Serialize a maintainer (views, dictionaries, tuple counts, ring state) to bytes.
+
+    The query, the ring's state and the rest are stored apart (the rest refers to the query
+    and ring by name), with the maintainer's :meth:`~ringml.Maintainer.description`, so that
+    :func:`restore_maintainer` can check it and rebind the state to the caller's query.
+    Raises :class:`~ringml.SchemaError` for a query with opaque (callable) filters.
+    """
+    maintainer.query.require_checkpointable()
+    query, ring = maintainer.query, maintainer.ring
+    header = {
+        "description": maintainer.description(),
+        "ring": (type(ring), pickle.dumps(vars(ring), protocol=5)),
+        "query": _dumps(query, {id(ring): "ring"}),
+    }
+    buffer = io.BytesIO()  # the header, then the maintainer: two pickles, one stream
+    pickle.dump(("maintainer", _FORMAT, header), buffer, protocol=5)
+    _Pickler(buffer, {id(ring): "ring", id(query): "query"}).dump(maintainer)
+    return buffer.getvalue()
 
 
-def restore_maintainer(data: bytes) -> Maintainer:
-    """Inverse of :func:`snapshot_maintainer`."""
-    loaded = pickle.loads(data)
-    if not isinstance(loaded, tuple) or loaded[0] not in ("pickle", "state"):
-        raise CheckpointError("not a maintainer snapshot")
+def restore_maintainer(
+    data: bytes, like: Maintainer | None = None, where: str = "the snapshot"
+) -> Maintainer:
+    """Inverse of :func:`snapshot_maintainer`.
+
+    With ``like`` (a maintainer built for the same query, order, strategy, ...: see
+    :func:`check_same_description`, which raises :class:`CheckpointError` naming what
+    differs), the restored maintainer adopts ``like.query`` and its ring object, which takes
+    the stored ring's state (e.g. covariance shifts): ``like.query.ring`` then reads the
+    restored results, and ``like`` itself should no longer be used.
+    """
+    stream = io.BytesIO(data)
+    try:
+        loaded = pickle.load(stream)
+    except Exception as error:  # noqa: BLE001 - any unpickling failure
+        raise CheckpointError(f"{where}: unreadable ({error})") from error
+    if not isinstance(loaded, tuple) or len(loaded) != 3 or loaded[0] != "maintainer":
+        raise CheckpointError(f"{where}: not a maintainer snapshot")
     if loaded[1] != _FORMAT:
-        raise CheckpointError(f"snapshot format {loaded[1]} is not supported (want {_FORMAT})")
-    if loaded[0] == "pickle":
-        return loaded[2]
-    cls, state = loaded[2], loaded[3]
-    maintainer = cls.__new__(cls)
-    maintainer.__dict__.update(state)
-    if "_stores" in state:
-        nodes = maintainer.tree.nodes()
-        maintainer._stores = {id(nodes[i]): store for i, store in state["_stores"].items()}
-    return maintainer
+        raise CheckpointError(
+            f"{where}: snapshot format {loaded[1]} is not supported (want {_FORMAT}); it was "
+            "written by another ringml version: start from a fresh state folder"
+        )
+    header = loaded[2]
+    ring_class, ring_state = header["ring"]
+    if like is None:
+        ring = ring_class.__new__(ring_class)
+        _set_state(ring, pickle.loads(ring_state))
+        query = _Unpickler(io.BytesIO(header["query"]), {"ring": ring}).load()
+    else:
+        check_same_description(header.get("description"), like.description(), where)
+        query, ring = like.query, like.ring
+        _set_state(ring, pickle.loads(ring_state))
+    return _Unpickler(stream, {"ring": ring, "query": query}).load()
+
+
+def check_same_description(
+    saved: Mapping[str, Any] | None, current: Mapping[str, Any], where: str
+) -> None:
+    """Raise :class:`CheckpointError` unless ``saved`` (a stored
+    :meth:`~ringml.Maintainer.description`) equals ``current``, naming every part that
+    differs (relations, atoms, ring, free variables, filters, order, ...)."""
+    if saved is None:
+        raise CheckpointError(
+            f"{where} records no query description (written by an older ringml); start from "
+            "a fresh state folder"
+        )
+    keys = sorted(set(saved) | set(current))
+    differing = [key for key in keys if saved.get(key) != current.get(key)]
+    if differing:
+        lines = "\n".join(
+            f"  {key}: saved {_show(saved.get(key))}; this one {_show(current.get(key))}"
+            for key in differing
+        )
+        raise CheckpointError(
+            f"{where} was saved for another query or maintainer (differing: "
+            f"{', '.join(differing)}):\n{lines}\nuse a fresh state folder, or the query it "
+            "was saved for"
+        )
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles the objects in ``refs`` (by id) as their names."""
+
+    def __init__(self, file: BinaryIO, refs: Mapping[int, str]) -> None:
+        super().__init__(file, protocol=5)
+        self.refs = refs
+
+    def persistent_id(self, obj: Any) -> str | None:
+        return self.refs.get(id(obj))
+
+
+class _Unpickler(pickle.Unpickler):
+    """Resolves the names :class:`_Pickler` wrote to the objects in ``refs``."""
+
+    def __init__(self, file: BinaryIO, refs: Mapping[str, Any]) -> None:
+        super().__init__(file)
+        self.refs = refs
+
+    def persistent_load(self, pid: Any) -> Any:
+        if pid not in self.refs:
+            raise CheckpointError(f"snapshot refers to an unknown object {pid!r}")
+        return self.refs[pid]
+
+
+def _dumps(obj: Any, refs: Mapping[int, str]) -> bytes:
+    buffer = io.BytesIO()
+    _Pickler(buffer, refs).dump(obj)
+    return buffer.getvalue()
+
+
+def _set_state(obj: Any, state: dict[str, Any]) -> None:
+    """What unpickling does to a new object, done to ``obj`` (e.g. the caller's ring)."""
+    if hasattr(type(obj), "__setstate__"):
+        obj.__setstate__(state)
+    else:
+        obj.__dict__.update(state)
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
@@ -151,8 +248,13 @@ class StateCheckpoint:
     def exists(self) -> bool:
         return os.path.exists(self.state_path) or bool(self._log_ids())
 
-    def load(self) -> LoadedState:
-        """The latest committed state (maintainer None and batch id -1 when there is none)."""
+    def load(self, like: Maintainer | None = None) -> LoadedState:
+        """The latest committed state (maintainer None and batch id -1 when there is none).
+
+        With ``like``, a state saved for another query, order, strategy, ... raises
+        :class:`CheckpointError` naming what differs, and the restored maintainer adopts
+        ``like``'s query and ring (see :func:`restore_maintainer`).
+        """
         maintainer, batch_id, meta = None, -1, {}
         if os.path.exists(self.state_path):
             with open(self.state_path, "rb") as handle:
@@ -160,9 +262,15 @@ class StateCheckpoint:
                     record = pickle.load(handle)
                 except Exception as error:  # noqa: BLE001 - any unpickling failure
                     raise CheckpointError(f"{self.state_path}: unreadable ({error})") from error
-            if not isinstance(record, dict) or record.get("format") != _FORMAT:
+            if not isinstance(record, dict) or "format" not in record:
                 raise CheckpointError(f"{self.state_path}: not a ringml state checkpoint")
-            maintainer = restore_maintainer(record["maintainer"])
+            if record["format"] != _FORMAT:
+                raise CheckpointError(
+                    f"{self.state_path}: state format {record['format']} is not supported "
+                    f"(want {_FORMAT}); start from a fresh state folder"
+                )
+            where = f"the state in {self.directory}"
+            maintainer = restore_maintainer(record["maintainer"], like, where)
             batch_id, meta = int(record["batch_id"]), dict(record.get("meta") or {})
         replayed = []
         for log_id in self._log_ids():

@@ -80,6 +80,7 @@ from ringml import BatchError, Maintainer, SchemaError, UpdateBatch
 from .spark_checkpoint import (
     CheckpointError,
     atomic_write,
+    check_same_description,
     restore_maintainer,
     snapshot_maintainer,
 )
@@ -92,7 +93,7 @@ _MULT = "__ringml_mult"
 _BLOB = "__ringml_rows"
 _PACKED_SCHEMA = f"{_SHARD} int, {_REL} string, {_BLOB} binary"
 _MANIFEST = "manifest.pkl"
-_FORMAT = 1
+_FORMAT = 2  # 2: the manifest records the maintainer description, not explain() text
 _VERSION = re.compile(r"^v(\d{12})\.pkl$")
 _RESULT_SCHEMA = (
     "shard int, status string, message string, payload binary, rows long, seconds double, "
@@ -528,8 +529,8 @@ class DistributedMaintainer:
         self._resume()
 
     # ------------------------------------------------------------------ manifest
-    def _signature(self) -> str:
-        return f"{self._template.explain()}\nshards={self.shards}"
+    def _description(self) -> dict[str, Any]:
+        return {**self._template.description(), "shards": self.shards}
 
     def _resume(self) -> None:
         path = os.path.join(self.state_dir, _MANIFEST)
@@ -537,10 +538,13 @@ class DistributedMaintainer:
             return
         with open(path, "rb") as handle:
             manifest = pickle.load(handle)
-        if manifest.get("format") != _FORMAT or manifest.get("signature") != self._signature():
+        if manifest.get("format") != _FORMAT:
             raise CheckpointError(
-                f"{self.state_dir} holds the state of another query, view tree or shard count"
+                f"{path}: manifest format {manifest.get('format')} is not supported (want "
+                f"{_FORMAT}); start from a fresh state folder"
             )
+        where = f"the state in {self.state_dir}"
+        check_same_description(manifest.get("description"), self._description(), where)
         self.seq = manifest["seq"]
         self.last_batch_id = manifest["batch_id"]
         self.versions = dict(manifest["versions"])
@@ -553,7 +557,7 @@ class DistributedMaintainer:
     def _commit(self, seq: int, versions, roots, batch_id: int) -> None:
         manifest = {
             "format": _FORMAT,
-            "signature": self._signature(),
+            "description": self._description(),
             "seq": seq,
             "batch_id": batch_id,
             "versions": versions,

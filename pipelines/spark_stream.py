@@ -389,12 +389,15 @@ class StreamingMaintainer:
     """Feeds Spark change streams into a maintainer exactly once (see the module docs).
 
     ``maintainer`` is the initial state (e.g. with static relations loaded); when
-    ``state_dir`` already holds a checkpoint, that state replaces it (it must maintain a
-    query with the same view tree).  ``on_error`` is ``"reject"`` (raise
-    :class:`FeedError`, apply nothing) or ``"dead_letter"`` (write bad rows to
-    ``dead_letter_path``, apply the rest).  ``on_batch(report)`` runs after every
-    ``callback_every`` applied batches.  ``snapshot_every`` trades the per-batch snapshot
-    for a per-batch log record (see :class:`StateCheckpoint`).  ``maintainer`` may be a
+    ``state_dir`` already holds a checkpoint, that state replaces it: it must have been
+    saved for the same query, ring, variable order, strategy, ... (else
+    :class:`CheckpointError` names what differs), and it adopts ``maintainer``'s query and
+    ring object, so ``query.ring.statistics(sm.result())`` works after a restart.
+    ``on_error`` is ``"reject"`` (raise :class:`FeedError`, apply nothing) or
+    ``"dead_letter"`` (write bad rows to ``dead_letter_path``, apply the rest).
+    ``on_batch(report)`` runs after every ``callback_every`` applied batches.
+    ``snapshot_every`` trades the per-batch snapshot for a per-batch log record (see
+    :class:`StateCheckpoint`).  ``maintainer`` may be a
     :class:`~ringml.pipelines.spark_distributed.DistributedMaintainer` (see the module docs:
     its manifest is the checkpoint; ``state_dir`` is None or its ``state_dir``).
     """
@@ -426,7 +429,6 @@ class StreamingMaintainer:
             raise ValueError("state_dir is required (the maintainer's checkpoint folder)")
         else:
             self.checkpoint = StateCheckpoint(state_dir, snapshot_every)
-        self._signature = maintainer.explain()
         self.maintainer = maintainer
         self.last_batch_id = -1
         self.meta: dict[str, Any] = {}
@@ -449,13 +451,8 @@ class StreamingMaintainer:
         if not self.checkpoint.exists():
             self.checkpoint.save_snapshot(self.maintainer, -1, {})
             return
-        loaded = self.checkpoint.load()
+        loaded = self.checkpoint.load(like=self.maintainer)  # refuses another query's state
         if loaded.maintainer is not None:
-            if loaded.maintainer.explain() != self._signature:
-                raise CheckpointError(
-                    f"{self.checkpoint.directory} holds the state of another query or view "
-                    "tree; use a fresh state_dir"
-                )
             self.maintainer = loaded.maintainer
         self.last_batch_id = loaded.batch_id
         self.meta = loaded.meta
@@ -808,7 +805,8 @@ class _DistributedCheckpoint:
     def exists(self) -> bool:
         return True  # the distributed maintainer resumed from its manifest, or starts empty
 
-    def load(self) -> LoadedState:
+    def load(self, like=None) -> LoadedState:
+        """The distributed maintainer's committed state (it checked its manifest itself)."""
         dm = self.maintainer
         return LoadedState(dm, dm.last_batch_id, dict(dm.meta))
 

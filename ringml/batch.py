@@ -316,11 +316,13 @@ class BatchPreparer:
                 relation,
                 "multiplicity",
             )
-        if relation in self.query.filters:
+        condition = self.query.filters.get(relation)
+        if condition is not None:  # a predicate: BatchError on values it cannot compare
             if list(frame.columns) != list(columns):
                 frame = frame[list(columns)]
-            mask = np.asarray(self.query.filters[relation](frame), dtype=bool)
-            frame, signs = frame[mask], signs[mask]
+            mask = condition.mask(frame, relation)
+            if not mask.all():
+                frame, signs = frame[mask], signs[mask]
         prepared = PreparedRows(relation, len(frame), multiplicity=signs)
         arrays = _column_arrays(frame, columns)
         self._convert(relation, dict(zip(columns, arrays, strict=True)), prepared)

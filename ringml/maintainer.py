@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,7 +27,7 @@ from .encoding import Dictionary
 from .enumeration import enumerate_nu
 from .errors import BatchError, SchemaError
 from .nu_tree import NuTree, build_nu, nu_order
-from .query import Atom, Query
+from .query import Atom, Query, fingerprint
 from .rings.base import Ring, RingError
 from .store import ViewStore, group_rows
 from .variable_order import VariableOrder
@@ -126,6 +127,7 @@ class Maintainer:
     # ------------------------------------------------------------------ pickling
     def __getstate__(self) -> dict:
         """Stores are keyed by node identity in memory; by node position when pickled."""
+        self.query.require_checkpointable()
         state = self.__dict__.copy()
         state.pop("_paths", None)  # holds stores by reference: rebuilt on first use
         nodes = self.tree.nodes()
@@ -304,6 +306,23 @@ class Maintainer:
         if self.strategy != "fivm":
             return header + "\nstores base relations only: " + ", ".join(self.query.relations)
         return header + "\n" + self.tree.explain()
+
+    def description(self) -> dict[str, Any]:
+        """What is maintained and how, canonically: :meth:`Query.description` plus the
+        variable order, view tree kind, strategy, updatable relations and delete checks
+        (not the state); checkpoints compare it before resuming."""
+        return {
+            **self.query.description(),
+            "order": str(self.order),
+            "tree": "nu" if isinstance(self.tree, NuTree) else "tau",
+            "strategy": self.strategy,
+            "updatable": sorted(self.updatable),
+            "deletes": "checked" if self._preparer.counts is not None else "unchecked",
+        }
+
+    def fingerprint(self) -> str:
+        """Hex SHA-256 of :meth:`description`."""
+        return fingerprint(self.description())
 
     def view(self, name: str) -> dict[tuple, object]:
         """The content of a stored view (by name, e.g. ``V@B_R``) as ``{key values: payload}``."""

@@ -8,17 +8,20 @@ apply to the bound variables, and optional filters on single relations.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-
-import pandas as pd
+from typing import Any
 
 from .errors import SchemaError
+from .predicates import Predicate, where
 from .rings.base import Ring
 from .rings.scalar import IntegerRing
 
-#: a filter receives a relation's rows (columns named as in the relation) and returns a mask
-RowFilter = Callable[[pd.DataFrame], "pd.Series | Sequence[bool]"]
+#: a single-relation filter: a predicate (``col("price") > 1e5``) or SQL text (``"price > 1e5"``)
+RowFilter = Predicate | str
 
 
 @dataclass(frozen=True)
@@ -78,11 +81,42 @@ class Query:
         lifted_free = set(self.free) & set(self.ring.lifted_variables)
         if lifted_free:
             raise SchemaError(f"free variables are never lifted: {sorted(lifted_free)}")
-        for name in self.filters:
-            if name not in self.relations:
-                raise SchemaError(f"filter on unknown relation {name!r}")
+        self.filters = {
+            name: _as_filter(self.relations, name, f) for name, f in self.filters.items()
+        }
         if not self._connected():
             raise SchemaError("the join is not connected (a Cartesian product); split the query")
+
+    @property
+    def checkpointable(self) -> bool:
+        """False when a filter is an opaque Python callable (no pickling, no checkpoints)."""
+        return all(f.checkpointable for f in self.filters.values())
+
+    def require_checkpointable(self) -> None:
+        """Raise :class:`SchemaError` naming the relations whose filter is an opaque callable."""
+        opaque = sorted(name for name, f in self.filters.items() if not f.checkpointable)
+        if opaque:
+            raise SchemaError(
+                f"the filters on relations {opaque} are opaque Python callables: a query or "
+                "maintainer holding them cannot be pickled or checkpointed; express them as "
+                "predicates (ringml.predicates.col('x') > 0, or SQL text 'x > 0')"
+            )
+
+    def description(self) -> dict[str, Any]:
+        """A canonical, JSON-friendly description of the query (what :meth:`fingerprint`
+        hashes): relations, atoms, ring class and configuration (not its state, e.g. the
+        covariance shifts), free variables and filters."""
+        return {
+            "relations": {name: list(cols) for name, cols in sorted(self.relations.items())},
+            "atoms": [[a.name, a.relation, list(a.variables)] for a in self.atoms],
+            "ring": ring_description(self.ring),
+            "free": list(self.free),
+            "filters": {name: f.sql() for name, f in sorted(self.filters.items())},
+        }
+
+    def fingerprint(self) -> str:
+        """Hex SHA-256 of :meth:`description`: equal for queries that maintain the same thing."""
+        return fingerprint(self.description())
 
     @property
     def variables(self) -> tuple[str, ...]:
@@ -138,3 +172,42 @@ def natural_join_query(
 ) -> Query:
     """A natural join of ``relations`` (shared column names join) over ``ring``."""
     return Query(relations, ring or IntegerRing(), tuple(free), None, dict(filters or {}))
+
+
+def _as_filter(relations: Mapping[str, Sequence[str]], relation: str, value: Any) -> Predicate:
+    """A filter as a predicate over ``relation``'s columns (SQL text is parsed)."""
+    if relation not in relations:
+        raise SchemaError(f"filter on unknown relation {relation!r}")
+    if isinstance(value, str):
+        value = where(value)
+    if not isinstance(value, Predicate):
+        kind = "a Python callable" if callable(value) else f"{type(value).__name__} {value!r}"
+        raise SchemaError(
+            f"the filter on relation {relation!r} is {kind}; give a predicate "
+            "(ringml.predicates.col('price') > 1e5) or SQL text ('price > 1e5'), or wrap a "
+            "callable as ringml.predicates.opaque(fn) to opt out of pickling and checkpoints"
+        )
+    for column in sorted(value.columns()):
+        if column not in relations[relation]:
+            raise SchemaError(
+                f"the filter on relation {relation!r} reads column {column!r}, which is not "
+                f"among its columns {list(relations[relation])}"
+            )
+    return value
+
+
+def ring_description(ring: Ring) -> dict[str, Any]:
+    """A ring's class and configuration (its ``repr``, memory addresses removed) with its
+    lifted and categorical variables; the state a ring fixes while it runs is left out."""
+    return {
+        "class": f"{type(ring).__module__}.{type(ring).__qualname__}",
+        "config": re.sub(r" at 0x[0-9a-fA-F]+", "", repr(ring)),
+        "lifted": sorted(ring.lifted_variables),
+        "categorical": sorted(getattr(ring, "categorical_variables", ()) or ()),
+    }
+
+
+def fingerprint(description: Mapping[str, Any]) -> str:
+    """Hex SHA-256 of a canonical JSON text of ``description``."""
+    text = json.dumps(description, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()

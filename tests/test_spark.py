@@ -286,6 +286,12 @@ def test_distributed_equals_local_engine(spark, housing, tmp_path, kind):
     resumed = DistributedMaintainer(spark, query(), shards=4, state_dir=tmp_path / "dist")
     assert resumed.last_batch_id == len(chunks)
     check(resumed.result())
+    # ... but not with another shard count or query: the manifest names what differs
+    with pytest.raises(CheckpointError, match=r"differing: shards\)"):
+        DistributedMaintainer(spark, query(), shards=2, state_dir=tmp_path / "dist")
+    other = rm.Query(housing.schemas, IntegerRing(), free=["postcode"])
+    with pytest.raises(CheckpointError, match=r"differing: [^)]*free"):
+        DistributedMaintainer(spark, other, shards=4, state_dir=tmp_path / "dist")
 
 
 def test_stream_into_distributed_maintainer_restarts_exactly_once(spark, housing, tmp_path):
