@@ -16,7 +16,7 @@ import pandas as pd
 from .keyindex import KeyIndex
 
 # kinds of values, kept in the key next to the value's 64 bits so kinds never collide
-_INT, _FLOAT, _OTHER, _TIME = 0, 1, 2, 3
+_INT, _FLOAT, _OTHER, _TIME, _DURATION = 0, 1, 2, 3, 5
 
 
 class EncodingError(ValueError):
@@ -42,7 +42,8 @@ def _value_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if bad.size:
             i = int(bad[0])
             raise EncodingError(f"value {values[i]!r} cannot be a key", i, values[i])
-        as_int = values.astype(np.int64)
+        with np.errstate(invalid="ignore"):  # values beyond int64 are not integral here
+            as_int = values.astype(np.int64)
         integral = (as_int == values) & (np.abs(values) < 2.0**53)
         keys[:, 0] = np.where(integral, _INT, _FLOAT)
         normalized = values + 0.0  # -0.0 -> 0.0
@@ -52,12 +53,10 @@ def _value_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if np.isnat(values).any():
             i = int(np.flatnonzero(np.isnat(values))[0])
             raise EncodingError("missing date/time value (NaT) cannot be a key", i, values[i])
-        keys[:, 0] = _TIME
-        keys[:, 1] = (
-            values.astype("datetime64[ns]").view(np.int64)
-            if kind == "M"
-            else (values.astype("timedelta64[ns]").view(np.int64))
-        )
+        # instants and durations are different kinds: 1 ns after the epoch is not 1 ns
+        keys[:, 0] = _TIME if kind == "M" else _DURATION
+        unit = "datetime64[ns]" if kind == "M" else "timedelta64[ns]"
+        keys[:, 1] = values.astype(unit).view(np.int64)
         return keys, values
     objects = values.astype(object)
     missing = pd.isna(objects)
@@ -81,6 +80,15 @@ def _value_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
                 i = int(where[error.position])
                 raise EncodingError(str(error), i, objects[i]) from None
     return keys, objects
+
+
+def _as_objects(values: np.ndarray) -> np.ndarray:
+    """Values as an object array of what a user put in: numpy turns datetime64[ns] and
+    timedelta64[ns] into plain integers when cast to object, pandas into Timestamps and
+    Timedeltas."""
+    if values.dtype.kind in "mM":
+        return pd.Series(values).to_numpy(dtype=object)
+    return np.asarray(values, dtype=object)
 
 
 class Dictionary:
@@ -155,7 +163,7 @@ class Dictionary:
                 self._indices[int(kind)] = (index, slot_code)
             self._size += unique_keys.shape[0]
             positions = np.flatnonzero(unseen)[first]
-            self._values.append(np.asarray(stored, dtype=object)[positions])
+            self._values.append(_as_objects(stored[positions]))
             self._decoded = self._numeric = None
             codes[unseen] = new_codes[inverse.ravel()]
         return codes

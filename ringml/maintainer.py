@@ -56,10 +56,6 @@ def _group_sum(values: np.ndarray | None, groups: np.ndarray | None, n_groups: i
     return np.bincount(groups, weights=values, minlength=n_groups).astype(np.int64)
 
 
-def _categorical(ring: Ring) -> frozenset[str]:
-    return frozenset(getattr(ring, "categorical_variables", ()) or ())
-
-
 class Maintainer:
     """Keeps ``query``'s result fresh under batches of inserts, deletes and updates.
 
@@ -95,7 +91,7 @@ class Maintainer:
         default = order is None or (isinstance(order, str) and order == "auto")
         self.order = nu_order(query) if nu and default else _resolve_order(query, order)
         self.tree = (build_nu if nu else ViewTree.build)(query, self.order, self.updatable)
-        self._categorical = _categorical(self.ring)
+        self._keyed = self.ring.keyed_variables
         self._lifted = set(self.ring.lifted_variables)
         self._dictionaries = self._make_dictionaries()
         encoded, numeric = self._column_needs()
@@ -138,6 +134,8 @@ class Maintainer:
 
     def __setstate__(self, state: dict) -> None:
         stores = state.pop("_stores")
+        if "_categorical" in state:  # pickled before rings declared their keyed variables
+            state["_keyed"] = state.pop("_categorical")
         self.__dict__.update(state)
         self._paths = {}
         nodes = self.tree.nodes()
@@ -248,7 +246,7 @@ class Maintainer:
         columns = self.query.relations[rows.relation]
         for atom in self.query.atoms_of(rows.relation):
             for column, variable in zip(columns, atom.variables, strict=True):
-                if column not in rows.values or variable not in self._lifted - self._categorical:
+                if column not in rows.values or variable not in self._lifted - self._keyed:
                     continue
                 data = rows.values[column]
                 try:
@@ -393,7 +391,7 @@ class Maintainer:
 
     def _column_needs(self) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
         """Per relation: columns to encode and columns to read as numbers."""
-        keyed: set[str] = set(self.query.free) | self._categorical
+        keyed: set[str] = set(self.query.free) | self._keyed
         if self.strategy == "fivm":
             for node in self.tree.nodes():
                 keyed |= set(node.keys) if isinstance(node, ViewNode) else set()
@@ -407,7 +405,7 @@ class Maintainer:
             keyed |= {v for v in self.query.variables if len(self.query.rels(v)) > 1}
         else:
             keyed |= set(self.query.variables)
-        numeric_vars = self._lifted - self._categorical
+        numeric_vars = self._lifted - self._keyed
         encoded: dict[str, set[str]] = {r: set() for r in self.query.relations}
         numeric: dict[str, set[str]] = {r: set() for r in self.query.relations}
         for atom in self.query.atoms:
@@ -470,7 +468,7 @@ class Maintainer:
         """Lifted payloads of ``variables`` for ``n`` rows (ones are skipped)."""
         lifted = [v for v in variables if v in self._lifted]
         factors = []
-        continuous = [v for v in lifted if v not in self._categorical]
+        continuous = [v for v in lifted if v not in self._keyed]
         columns = {}
         for v in continuous:
             columns[v] = values[v] if v in values else self._dictionaries[v].numeric(codes[v])
@@ -483,7 +481,7 @@ class Maintainer:
         else:
             factors += [self.ring.batch_lift(v, columns[v]) for v in continuous]
         for v in lifted:
-            if v in self._categorical:
+            if v in self._keyed:
                 factors.append(self.ring.batch_lift(v, codes[v]))
         return factors
 
@@ -632,7 +630,7 @@ class Maintainer:
             and delta.payload is None
             and not sibling_slots
             and lifted
-            and self._categorical.isdisjoint(lifted)
+            and self._keyed.isdisjoint(lifted)
         ):  # leaf rows lifted and summed at once: no lifted row is materialized
             columns = [
                 values[v] if v in values else self._dictionaries[v].numeric(cols[v]) for v in lifted

@@ -81,6 +81,12 @@ class Ring(ABC, Generic[E, B]):
         """Variables with a non-trivial lifting function; all others lift to :meth:`one`."""
         return frozenset()
 
+    @property
+    def keyed_variables(self) -> frozenset[str]:
+        """Lifted variables whose lifting function takes dictionary *codes*, not numbers
+        (categories, listed variables): the engine encodes their values and lifts the codes."""
+        return frozenset()
+
     def lift(self, variable: str, value: Any) -> E:
         """The lifting function ``g_variable(value)``."""
         if variable not in self.lifted_variables:

@@ -384,6 +384,10 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         return frozenset(self.categorical)
 
     @property
+    def keyed_variables(self) -> frozenset[str]:
+        return self.categorical_variables
+
+    @property
     def lifted_variables(self) -> frozenset[str]:
         return frozenset(self.variables)
 

@@ -484,6 +484,11 @@ class RelationalRing(_RowTableFace, Ring):
     def lifted_variables(self) -> frozenset[str]:
         return self._listed
 
+    @property
+    def keyed_variables(self) -> frozenset[str]:
+        """Listed values are keys: the engine lifts their codes."""
+        return self._listed
+
     def lift(self, variable: str, value: Any) -> Relation:
         if variable not in self._listed:
             return self.one()
@@ -807,6 +812,11 @@ class FactorizedRing(_RowTableFace, Ring):
 
     @property
     def lifted_variables(self) -> frozenset[str]:
+        return frozenset(self.order)
+
+    @property
+    def keyed_variables(self) -> frozenset[str]:
+        """Listed values are keys: the engine lifts their codes."""
         return frozenset(self.order)
 
     def lift(self, variable: str, value: Any) -> Relation:

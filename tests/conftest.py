@@ -21,6 +21,12 @@ def _spark_unavailable() -> str | None:
 
 
 def pytest_collection_modifyitems(config, items):
+    if "slow" not in (config.getoption("markexpr") or ""):
+        # the long profiles run only when asked for by marker (``-m slow``)
+        slow = [item for item in items if item.get_closest_marker("slow") is not None]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if item.get_closest_marker("slow") is None]
     marked = [item for item in items if item.get_closest_marker("spark") is not None]
     if not marked:
         return
