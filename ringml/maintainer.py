@@ -28,7 +28,7 @@ from .enumeration import enumerate_nu
 from .errors import BatchError, SchemaError
 from .nu_tree import NuTree, build_nu, nu_order
 from .query import Atom, Query, fingerprint
-from .rings.base import Ring, RingError
+from .rings.base import RingError
 from .store import ViewStore, group_rows
 from .variable_order import VariableOrder
 from .view_tree import AtomLeaf, ViewNode, ViewTree
