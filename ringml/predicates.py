@@ -103,14 +103,17 @@ class _Rows:
 
 
 def _nulls(values: np.ndarray) -> np.ndarray | bool:
+    """The NULL rows (None, NaN, NaT, ``pd.NA``), or False when there is none."""
     kind = values.dtype.kind
     if kind == "f":
-        return np.isnan(values)
-    if kind in "mM":
-        return np.isnat(values)
-    if kind == "O":
-        return np.asarray(pd.isna(values), dtype=bool)
-    return False
+        mask = np.isnan(values)
+    elif kind in "mM":
+        mask = np.isnat(values)
+    elif kind == "O":
+        mask = np.asarray(pd.isna(values), dtype=bool)
+    else:
+        return False
+    return mask if mask.any() else False
 
 
 _KINDS = {"i": "number", "u": "number", "f": "number", "b": "number", "U": "string",
@@ -514,8 +517,20 @@ def _parts(kind: type, p: Predicate) -> tuple[Predicate, ...]:
 
 def _known(true: Any, unknown: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
     true = _full(true, n)
+    if unknown is False:
+        return true, ~true
     unknown = _full(unknown, n)
     return true & ~unknown, ~true & ~unknown
+
+
+def _compare(op: str, left: _Val, right: _Val, rows: _Rows) -> tuple[np.ndarray, np.ndarray]:
+    """(TRUE rows, FALSE rows) of ``left op right``."""
+    if left.null is True or right.null is True:
+        return _known(False, True, rows.n)
+    _check_kinds(left, right, rows, "compared with")
+    out, keep = _binary(_COMPARE[op], left, right, rows, "compared with")
+    true = _place(out, keep, rows.n, False, bool)
+    return _known(true, _or_null(left.null, right.null), rows.n)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -540,13 +555,7 @@ class Compare(Predicate):
         return ("compare", self.op, self.left._key(), self.right._key())
 
     def _truth(self, rows: _Rows) -> tuple[np.ndarray, np.ndarray]:
-        left, right = self.left._eval(rows), self.right._eval(rows)
-        if left.null is True or right.null is True:
-            return _known(False, True, rows.n)
-        _check_kinds(left, right, rows, "compared with")
-        out, keep = _binary(_COMPARE[self.op], left, right, rows, "compared with")
-        true = _place(out, keep, rows.n, False, bool)
-        return _known(true, _or_null(left.null, right.null), rows.n)
+        return _compare(self.op, self.left._eval(rows), self.right._eval(rows), rows)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -567,8 +576,10 @@ class Between(Predicate):
         return ("between", self.expr._key(), self.low._key(), self.high._key())
 
     def _truth(self, rows: _Rows) -> tuple[np.ndarray, np.ndarray]:
-        both = (Compare(">=", self.expr, self.low), Compare("<=", self.expr, self.high))
-        return And(both)._truth(rows)
+        value = self.expr._eval(rows)  # once, for both ends
+        above, below = _compare(">=", value, self.low._eval(rows), rows)
+        under, over = _compare("<=", value, self.high._eval(rows), rows)
+        return above & under, below | over
 
 
 @dataclass(frozen=True, eq=False, repr=False)
