@@ -182,7 +182,7 @@ def _binary(
         with np.errstate(all="ignore"):
             out = fn(lv, rv)
     except (TypeError, ValueError, OverflowError):
-        i, a, b = _culprit(fn, lv, rv)
+        a, b = _culprit(fn, lv, rv)
         column = left if left.column is not None else right
         value = a if column is left else b
         raise rows.error(
@@ -193,8 +193,8 @@ def _binary(
     return out, some
 
 
-def _culprit(fn, lv, rv) -> tuple[int, Any, Any]:
-    """The first position where ``fn`` fails on single values (error path only)."""
+def _culprit(fn, lv, rv) -> tuple[Any, Any]:
+    """The first pair of values on which ``fn`` fails (error path only)."""
     n = max(len(x) if isinstance(x, np.ndarray) else 1 for x in (lv, rv))
     for i in range(n):
         a = lv[i] if isinstance(lv, np.ndarray) else lv
@@ -202,8 +202,8 @@ def _culprit(fn, lv, rv) -> tuple[int, Any, Any]:
         try:
             fn(a, b)
         except (TypeError, ValueError, OverflowError):
-            return i, a, b
-    return 0, (lv[0] if isinstance(lv, np.ndarray) and len(lv) else lv), rv
+            return a, b
+    return (lv[0] if isinstance(lv, np.ndarray) and len(lv) else lv), rv
 
 
 def _place(out: Any, keep: np.ndarray | None, n: int, fill: Any, dtype) -> np.ndarray:
@@ -277,6 +277,8 @@ class Expr:
 
     def isin(self, values: Iterable[Any]) -> Predicate:
         """SQL ``IN (values)``."""
+        if isinstance(values, str):
+            raise SchemaError(f"isin() takes a list of values, not the string {values!r}")
         return In(self, tuple(Lit(v) if not isinstance(v, Lit) else v for v in values))
 
     def is_null(self) -> Predicate:
@@ -454,8 +456,13 @@ def _numbers(val: _Val, rows: _Rows) -> _Val:
 class Predicate:
     """A boolean condition on one relation's rows; ``&``, ``|``, ``~`` combine predicates."""
 
-    #: False for :func:`opaque` callables: a query holding one cannot be pickled
-    checkpointable = True
+    @property
+    def checkpointable(self) -> bool:
+        """False when an :func:`opaque` callable is part of it: it cannot be pickled."""
+        return all(part.checkpointable for part in self._parts())
+
+    def _parts(self) -> tuple[Predicate, ...]:
+        return ()
 
     def columns(self) -> frozenset[str]:
         """The columns the condition reads."""
@@ -728,6 +735,9 @@ class And(Predicate):
     def _key(self) -> tuple:
         return ("and", tuple(p._key() for p in self.parts))
 
+    def _parts(self) -> tuple[Predicate, ...]:
+        return self.parts
+
     def _truth(self, rows: _Rows) -> tuple[np.ndarray, np.ndarray]:
         true, false = np.ones(rows.n, dtype=bool), np.zeros(rows.n, dtype=bool)
         for part in self.parts:
@@ -751,6 +761,9 @@ class Or(Predicate):
 
     def _key(self) -> tuple:
         return ("or", tuple(p._key() for p in self.parts))
+
+    def _parts(self) -> tuple[Predicate, ...]:
+        return self.parts
 
     def _truth(self, rows: _Rows) -> tuple[np.ndarray, np.ndarray]:
         true, false = np.zeros(rows.n, dtype=bool), np.ones(rows.n, dtype=bool)
@@ -776,6 +789,9 @@ class Not(Predicate):
     def _key(self) -> tuple:
         return ("not", self.part._key())
 
+    def _parts(self) -> tuple[Predicate, ...]:
+        return (self.part,)
+
     def _truth(self, rows: _Rows) -> tuple[np.ndarray, np.ndarray]:
         true, false = self.part._truth(rows)
         return false, true
@@ -788,7 +804,9 @@ class Opaque(Predicate):
 
     fn: Callable[[pd.DataFrame], Any]
 
-    checkpointable = False
+    @property
+    def checkpointable(self) -> bool:
+        return False
 
     def __post_init__(self) -> None:
         if not callable(self.fn):

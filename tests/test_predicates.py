@@ -345,6 +345,10 @@ def test_opaque_callables_opt_out_of_pickling():
     with pytest.raises(rm.SchemaError, match="cannot be pickled"):
         pickle.dumps(query)
     assert copy.deepcopy(query).filters["R"] == opaque(fn)  # copies share the callable
+    mixed = rm.Query({"R": ["a", "x"]}, filters={"R": ~(opaque(fn) & (col("a") > 1))})
+    assert not mixed.checkpointable
+    with pytest.raises(rm.SchemaError, match=r"relations \['R'\] are opaque"):
+        pickle.dumps(rm.Maintainer(mixed))
     bad = rm.Query({"R": ["a", "x"]}, filters={"R": opaque(lambda frame: [True])})
     with pytest.raises(rm.BatchError, match="not one bool per row"):
         rm.Maintainer(bad).insert("R", pd.DataFrame({"a": [1, 2], "x": [1, 2]}))
