@@ -46,7 +46,8 @@ from sklearn.metrics import r2_score
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 import ringml
-from ringml.batch import UpdateBatch
+from ringml.batch import TupleCounts, UpdateBatch, as_frame
+from ringml.errors import BatchError, UnknownCategoryError
 
 from .mutual_information import (
     EqualWidthBinner,
@@ -225,12 +226,10 @@ class SufficientStatsRegressor(_Atomic, RegressorMixin, BaseEstimator):
         else:
             ring = self.ring_
             acc = ring.batch_resize(self._acc, 1)  # a copy: the stored one stays intact
+        rows = TupleCounts(p + 1) if first else self._rows
+        changes = self._check_rows(rows, X, y, weights)
         added = int(weights.sum()) if weights is not None else X.shape[0]
         count = int(acc.count[0]) + added
-        if count < 0:
-            raise ValueError(
-                f"cannot retract {-added} rows: the model holds only {int(acc.count[0])}"
-            )
         lifted = ring.batch_lift_block(ring.variables, np.column_stack([X, y]))
         if weights is not None:
             lifted = ring.batch_scale(lifted, weights)
@@ -241,7 +240,27 @@ class SufficientStatsRegressor(_Atomic, RegressorMixin, BaseEstimator):
         self.payload_ = ring.batch_to_list(acc)[0]
         self.n_samples_seen_ = count
         self._refit(first)
+        rows.apply(*changes)  # last: everything before may still fail and change nothing
+        self._rows = rows
         return self
+
+    @staticmethod
+    def _check_rows(
+        rows: TupleCounts, X: np.ndarray, y: np.ndarray, weights: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The (fingerprints, multiplicities) to record; :class:`BatchError` (a
+        ``ValueError``) if a row would be retracted more often than it was added."""
+        signs = np.ones(X.shape[0], dtype=np.int64) if weights is None else weights
+        ids, net, bad = rows.check(TupleCounts.fingerprints([*X.T, y]), signs)
+        if bad >= 0:
+            raise BatchError(
+                f"cannot retract row {bad} (x={X[bad].tolist()}, y={float(y[bad])}): it was "
+                f"never added, or is retracted more often than it was added",
+                None,
+                None,
+                X[bad].tolist() + [float(y[bad])],
+            )
+        return ids, net
 
     def _refit(self, first: bool) -> None:
         p = self.n_features_in_
@@ -515,8 +534,11 @@ class JoinRegressor(_JoinModel):
 
     ``partial_fit(batches)``: a mapping relation -> DataFrame of inserts, an
     :class:`~ringml.UpdateBatch` (signed multiplicities), a stream batch, or a list of
-    those, applied atomically.  ``delete(mapping)`` removes rows.  ``predict(frame)``
-    takes rows of the joined schema (at least the feature columns).
+    those, applied atomically.  ``delete(mapping)`` removes rows.  ``predict(X)`` takes
+    rows of the joined schema (at least the feature columns) or, as in scikit-learn, an
+    array whose columns are ``features_`` in order.  ``handle_unknown`` follows
+    scikit-learn's ``OneHotEncoder``: ``"error"`` (default) rejects a category the model
+    has not seen, ``"ignore"`` predicts with its one-hot columns at 0.
 
     Attributes: ``coef_`` (ndarray over ``columns_``), ``intercept_``, ``columns_``,
     ``n_samples_seen_`` (join rows), ``n_iter_``, ``n_iter_total_``, ``result_``,
@@ -538,6 +560,7 @@ class JoinRegressor(_JoinModel):
         warm_start: bool = True,
         drop: str | None = "first",
         order=None,
+        handle_unknown: str = "error",
     ) -> None:
         self.relations = relations
         self.label = label
@@ -551,12 +574,14 @@ class JoinRegressor(_JoinModel):
         self.warm_start = warm_start
         self.drop = drop
         self.order = order
+        self.handle_unknown = handle_unknown
 
     def _build(self) -> None:
         schemas = _schemas(self.relations)
         _check_ridge(self.ridge)
         _check_choice("solver", self.solver, SOLVERS)
         _check_choice("drop", self.drop, ("first", None))
+        _check_choice("handle_unknown", self.handle_unknown, ("error", "ignore"))
         columns = {c for cols in schemas.values() for c in cols}
         maintained = (
             ringml.non_join_variables(schemas)
@@ -621,11 +646,10 @@ class JoinRegressor(_JoinModel):
         self.n_iter_total_ = self.n_iter_total_ + result.iterations
 
     def predict(self, X) -> np.ndarray:
-        """Predictions for rows of the joined schema (a DataFrame or column mapping)."""
+        """Predictions for rows of the joined schema (a DataFrame, column mapping or Arrow
+        table with the feature columns), or for an array of ``features_`` columns."""
         check_is_fitted(self)
-        if not isinstance(X, pd.DataFrame | Mapping):
-            raise ValueError("JoinRegressor.predict needs a DataFrame with the feature columns")
-        frame = X if isinstance(X, pd.DataFrame) else pd.DataFrame(X)
+        frame = self._feature_frame(X)
         missing = [v for v in self.features_ if v not in frame.columns]
         if missing:
             raise ValueError(
@@ -634,7 +658,45 @@ class JoinRegressor(_JoinModel):
             )
         if self.result_ is None:
             return np.full(len(frame), self.intercept_)
+        if self.handle_unknown == "error":
+            self._check_categories(frame)
         return predict_frame(self.result_, self._design, frame)
+
+    def _feature_frame(self, X) -> pd.DataFrame:
+        """``X`` as a frame; an array's columns are ``features_`` in order (scikit-learn)."""
+        if isinstance(X, str | bytes):
+            raise ValueError(f"JoinRegressor.predict needs rows, not the string {X!r}")
+        arrow = ("to_arrow", "__arrow_c_stream__", "__dataframe__")
+        if isinstance(X, pd.DataFrame | Mapping) or any(hasattr(X, a) for a in arrow):
+            return as_frame(X, "X")
+        array = np.asarray(X)
+        if array.ndim != 2:
+            raise ValueError(
+                f"Expected a 2D array of {len(self.features_)} feature columns "
+                f"{list(self.features_)}, got an array of shape {array.shape}"
+            )
+        if array.shape[1] != len(self.features_):
+            raise ValueError(
+                f"X has {array.shape[1]} features, but JoinRegressor is expecting "
+                f"{len(self.features_)} features as input: {list(self.features_)}"
+            )
+        return pd.DataFrame(array, columns=list(self.features_))
+
+    def _check_categories(self, frame: pd.DataFrame) -> None:
+        """:class:`~ringml.errors.UnknownCategoryError` for a category the model lacks."""
+        for variable, categories in (self._design.categories or {}).items():
+            known = [category for category, _ in categories]
+            unseen = ~frame[variable].isin(known).to_numpy()
+            if unseen.any():
+                at = int(np.argmax(unseen))
+                value = frame[variable].iloc[at]
+                raise UnknownCategoryError(
+                    f"column {variable!r}: category {value!r} (row {at}) was not seen in "
+                    f"fitting (known: {known[:10]}); pass handle_unknown='ignore' to "
+                    f"predict with its one-hot columns at 0",
+                    variable,
+                    value,
+                )
 
     def score(self, X, y=None) -> float:
         """R² on rows of the joined schema (``y`` defaults to ``X[label]``)."""

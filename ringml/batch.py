@@ -9,6 +9,9 @@ naming the relation, column and value; only dictionaries may have grown.
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -16,26 +19,34 @@ import numpy as np
 import pandas as pd
 
 from .encoding import _INT, Dictionary, EncodingError, _value_keys
-from .errors import BatchError
+from .errors import BatchError, InputTypeError
 from .keyindex import KeyIndex, hash_rows
 from .query import Query
 
 
 @dataclass
 class UpdateBatch:
-    """Tuples ``rows`` of ``relation`` with signed multiplicities (+1 insert, -1 delete)."""
+    """Tuples ``rows`` of ``relation`` with signed multiplicities (+1 insert, -1 delete).
+
+    ``rows``: a DataFrame, a mapping of column names to sequences, a list of records, a
+    ``pyarrow.Table`` or any frame exposing ``to_arrow()``, the Arrow PyCapsule stream or
+    the ``__dataframe__`` interchange protocol (polars, ...); see :func:`as_frame`.
+    """
 
     relation: str
     rows: pd.DataFrame
     multiplicity: np.ndarray | None = None
 
+    def __post_init__(self) -> None:
+        self.rows = as_frame(self.rows, self.relation)
+
     @classmethod
     def inserts(cls, relation: str, rows) -> UpdateBatch:
-        return cls(relation, _frame(rows), None)
+        return cls(relation, rows, None)
 
     @classmethod
     def deletes(cls, relation: str, rows) -> UpdateBatch:
-        frame = _frame(rows)
+        frame = as_frame(rows, relation)
         return cls(relation, frame, -np.ones(len(frame), dtype=np.int64))
 
     def signs(self) -> np.ndarray:
@@ -60,10 +71,62 @@ class UpdateBatch:
         return mult.astype(np.int64)
 
 
-def _frame(rows) -> pd.DataFrame:
+_ROWS_EXPECTED = (
+    "a DataFrame, a mapping of column names to sequences, a list of records or an Arrow "
+    "table (pyarrow, polars, ...)"
+)
+
+
+def as_frame(rows: object, relation: str = "?") -> pd.DataFrame:
+    """``rows`` as a DataFrame; raises :class:`InputTypeError` saying what is expected.
+
+    Arrow tables and frames of other libraries go through pyarrow: anything with
+    ``to_arrow()`` (polars), the Arrow PyCapsule stream (``__arrow_c_stream__``) or the
+    ``__dataframe__`` interchange protocol.
+    """
     if isinstance(rows, pd.DataFrame):
         return rows
-    return pd.DataFrame(rows)
+    if isinstance(rows, str | bytes):
+        raise InputTypeError(
+            f"relation {relation!r}: rows must be {_ROWS_EXPECTED}, not the string {rows!r}"
+        )
+    arrow = _arrow_table(rows)
+    if arrow is not None:
+        return arrow.to_pandas()
+    if isinstance(rows, Mapping):
+        for column, values in rows.items():
+            if isinstance(values, str | bytes) or (
+                np.ndim(values) == 0 and not isinstance(values, Mapping)
+            ):
+                raise InputTypeError(
+                    f"relation {relation!r}: rows given as a mapping need a sequence per "
+                    f"column, but column {column!r} holds the scalar {values!r} (wrap single "
+                    f"rows in lists)"
+                )
+    try:
+        return pd.DataFrame(rows)
+    except (TypeError, ValueError) as error:
+        raise InputTypeError(
+            f"relation {relation!r}: rows must be {_ROWS_EXPECTED}; got "
+            f"{type(rows).__name__} {rows!r:.80} ({error})"
+        ) from None
+
+
+def _arrow_table(rows: object):
+    """A ``pyarrow.Table`` for Arrow-like frames (None for anything else)."""
+    to_arrow = getattr(rows, "to_arrow", None)
+    if callable(to_arrow):
+        rows = to_arrow()
+    if not hasattr(rows, "__arrow_c_stream__") and not hasattr(rows, "__dataframe__"):
+        return None
+    import pyarrow as pa  # a dependency, imported only when Arrow data arrives
+    import pyarrow.interchange
+
+    if isinstance(rows, pa.Table):
+        return rows
+    if hasattr(rows, "__arrow_c_stream__"):
+        return pa.table(rows)
+    return pyarrow.interchange.from_dataframe(rows)
 
 
 def _column_arrays(frame: pd.DataFrame, columns: Sequence[str]) -> list[np.ndarray]:
@@ -71,18 +134,25 @@ def _column_arrays(frame: pd.DataFrame, columns: Sequence[str]) -> list[np.ndarr
 
     A new batch's frame has no cached columns, and ``frame[c]`` builds a Series per column
     (most of the cost of reading a batch); numpy-backed columns are read by position from
-    the frame's blocks instead, other columns (extension dtypes) through ``to_numpy``.
+    the frame's blocks instead, other columns (extension dtypes) through ``to_numpy``,
+    as objects when they hold ``pd.NA`` (which ``to_numpy`` would turn into NaN).
     """
     read = getattr(frame, "_get_column_array", None)  # pandas 2.x
     names = frame.columns.tolist()
     position = {name: at for at, name in enumerate(names)}
     if read is None or len(position) != len(names):
-        return [frame[c].to_numpy() for c in columns]
+        return [_extension_array(frame[c]) for c in columns]
     arrays = []
     for c in columns:
         data = read(position[c])
-        arrays.append(data if type(data) is np.ndarray else frame[c].to_numpy())
+        arrays.append(data if type(data) is np.ndarray else _extension_array(frame[c]))
     return arrays
+
+
+def _extension_array(column: pd.Series) -> np.ndarray:
+    if isinstance(column.dtype, pd.api.extensions.ExtensionDtype) and column.hasnans:
+        return column.to_numpy(dtype=object)
+    return column.to_numpy()
 
 
 @dataclass
@@ -96,6 +166,18 @@ class PreparedRows:
     multiplicity: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     tuple_ids: np.ndarray | None = None
     tuple_delta: np.ndarray | None = None
+
+    def largest_factor(self) -> tuple[str, object]:
+        """The column (or ``"multiplicity"``) holding the value of largest magnitude, and
+        that value: what to name when a product of payloads overflows."""
+        candidates = [("multiplicity", self.multiplicity), *self.values.items()]
+        best, value, size = "multiplicity", None, -1.0
+        for column, data in candidates:
+            if data.size:
+                at = int(np.argmax(np.abs(data)))
+                if abs(float(data[at])) > size:
+                    best, value, size = column, data[at].item(), abs(float(data[at]))
+        return best, value
 
 
 def _exact_big(bits: np.ndarray, ints: np.ndarray) -> np.ndarray:
@@ -300,6 +382,13 @@ class BatchPreparer:
             )
         columns = self.query.relations[relation]
         frame = batch.rows
+        if frame.columns.has_duplicates:
+            twice = frame.columns[frame.columns.duplicated()][0]
+            raise BatchError(
+                f"relation {relation!r}: the batch has column {twice!r} more than once",
+                relation,
+                twice,
+            )
         missing = [c for c in columns if c not in frame.columns]
         extra = [c for c in frame.columns if c not in columns]
         if missing or extra:
@@ -377,19 +466,17 @@ class BatchPreparer:
             self.counts[prepared.relation].apply(prepared.tuple_ids, -prepared.tuple_delta)
 
     def _numbers(self, relation: str, column: str, data: np.ndarray) -> np.ndarray:
-        if data.dtype.kind not in "iufb":
-            converted = pd.to_numeric(pd.Series(data), errors="coerce")
-            numeric = converted.to_numpy(dtype=np.float64, na_value=np.nan)
-            bad = np.flatnonzero(np.isnan(numeric) & ~pd.isna(pd.Series(data)).to_numpy())
-            if bad.size:
-                value = data[bad[0]]
-                raise BatchError(
-                    f"relation {relation!r}, column {column!r}: value {value!r} is not a number",
-                    relation,
-                    column,
-                    value,
-                )
-            data = converted.to_numpy(dtype=np.int64) if converted.dtype.kind == "i" else numeric
+        """A lifted feature column as int64 (exact) or finite float64 values.
+
+        Only real numbers are features: strings (also numeric ones like ``"1.5"``),
+        booleans, complex numbers, dates and durations, ``None``/``pd.NA``/NaN and
+        infinities are rejected, never coerced (a boolean as a 0/1 feature is asked for by
+        casting the column to int).
+        """
+        if data.dtype.kind == "O":
+            data = _object_numbers(relation, column, data)
+        elif data.dtype.kind not in "iuf" and data.size:
+            _reject_feature(relation, column, data, 0)
         if data.dtype.kind == "i":  # exact: float64 would round integers beyond 2**53
             return data.astype(np.int64, copy=False)
         data = data.astype(np.float64, copy=False)
@@ -436,6 +523,55 @@ class BatchPreparer:
                 column,
                 error.value,
             ) from None
+
+
+def _is_real(kind: type) -> bool:
+    """Values of this type are real numbers (booleans are not)."""
+    return (issubclass(kind, numbers.Real) or issubclass(kind, decimal.Decimal)) and not (
+        issubclass(kind, bool | np.bool_)
+    )
+
+
+def _object_numbers(relation: str, column: str, data: np.ndarray) -> np.ndarray:
+    """The numbers of an object column: int64 when all are integers that fit, else float64;
+    the first value of another type raises :class:`BatchError`."""
+    kinds = set(map(type, data))
+    if not all(_is_real(kind) for kind in kinds):
+        at = next(i for i, x in enumerate(data) if not _is_real(type(x)))
+        _reject_feature(relation, column, data, at)
+    if all(issubclass(kind, numbers.Integral) for kind in kinds):
+        try:
+            return np.asarray(data.tolist(), dtype=np.int64)
+        except OverflowError:  # beyond int64: as floats, like any other big number
+            pass
+    return data.astype(np.float64)
+
+
+def _reject_feature(relation: str, column: str, data: np.ndarray, at: int) -> None:
+    """Raise the :class:`BatchError` for a feature value that is not a real number."""
+    value = data[at]
+    if data.dtype.kind in "mM":
+        value = pd.Series(data[at : at + 1]).iloc[0]  # a Timestamp / Timedelta (or NaT)
+    elif isinstance(value, np.generic):
+        value = value.item()
+    if value is None or value is pd.NA or value is pd.NaT:
+        why = "is missing"
+    elif isinstance(value, bool | np.bool_):
+        why = "is a boolean, not a number (cast the column to int for a 0/1 feature)"
+    elif isinstance(value, str | bytes):
+        why = "is a string, not a number (convert the column with pd.to_numeric first)"
+    elif isinstance(value, numbers.Complex):
+        why = "is a complex number; features are real numbers"
+    elif isinstance(value, datetime.date | datetime.timedelta | np.datetime64 | np.timedelta64):
+        why = "is a date or a duration, not a number (convert it to a number explicitly)"
+    else:
+        why = "is not a number"
+    raise BatchError(
+        f"relation {relation!r}, column {column!r}: feature value {value!r} {why} (row {at})",
+        relation,
+        column,
+        value,
+    )
 
 
 def batches_from(relation: str, inserts=None, deletes=None) -> Sequence[UpdateBatch]:

@@ -15,8 +15,22 @@ import pandas as pd
 
 from .keyindex import KeyIndex
 
-# kinds of values, kept in the key next to the value's 64 bits so kinds never collide
-_INT, _FLOAT, _OTHER, _TIME, _DURATION = 0, 1, 2, 3, 5
+# kinds of values, kept in the key next to the value's 64 bits so kinds never collide;
+# integers beyond int64 (uint64 above 2**63 - 1, big Python ints) are _BIG, keyed by a hash
+# of their digits: equal to each other across column types, never to a wrapped int64
+_INT, _FLOAT, _OTHER, _TIME, _BIG, _DURATION = 0, 1, 2, 3, 4, 5
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _big_int_bits(values) -> np.ndarray:
+    """64-bit keys of integers beyond int64, by value (their decimal digits)."""
+    digits = np.asarray([str(int(x)) for x in values], dtype=object)
+    return pd.util.hash_array(digits, categorize=False).view(np.int64)
+
+
+def fits_int64(values: np.ndarray) -> bool:
+    """An integer or boolean column whose values all fit int64 (uint64 may not)."""
+    return values.dtype.kind != "u" or not values.size or int(values.max()) <= _INT64_MAX
 
 
 class EncodingError(ValueError):
@@ -36,6 +50,10 @@ def _value_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if kind in "iub":
         keys[:, 0] = _INT
         keys[:, 1] = values.astype(np.int64)
+        if not fits_int64(values):
+            big = np.flatnonzero(values > _INT64_MAX)
+            keys[big, 0] = _BIG
+            keys[big, 1] = _big_int_bits(values[big])
         return keys, values
     if kind == "f":
         bad = np.flatnonzero(~np.isfinite(values))
@@ -69,8 +87,13 @@ def _value_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     real = np.fromiter((isinstance(x, numbers.Real) for x in objects), dtype=bool, count=n)
     if real.any():
         integral = np.fromiter((isinstance(x, numbers.Integral) for x in objects), bool, count=n)
-        ints = np.flatnonzero(real & integral)  # integers beyond int64 keep their hashed key
-        ints = ints[[-(2**63) <= int(x) < 2**63 for x in objects[ints]]]
+        ints = np.flatnonzero(real & integral)
+        fits = np.asarray([-(2**63) <= int(x) < 2**63 for x in objects[ints]], dtype=bool)
+        if not fits.all():
+            big = ints[~fits]
+            keys[big, 0] = _BIG
+            keys[big, 1] = _big_int_bits(objects[big])
+            ints = ints[fits]
         for where, dtype in ((ints, np.int64), (np.flatnonzero(real & ~integral), np.float64)):
             if not where.size:
                 continue
@@ -136,7 +159,8 @@ class Dictionary:
     def encode(self, values: np.ndarray) -> np.ndarray:
         """Codes of ``values``, assigning fresh codes to unseen values."""
         values = np.asarray(values)
-        if values.dtype.kind in "iub" and _INT in self._indices:  # known integers: one lookup
+        if values.dtype.kind in "iub" and _INT in self._indices and fits_int64(values):
+            # known integers: one lookup
             index, slot_code = self._indices[_INT]
             slots = index.lookup(values.astype(np.int64, copy=False)[:, None])
             if slots.size and slots.min() >= 0:

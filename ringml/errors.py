@@ -29,3 +29,17 @@ class BatchError(RingmlError, ValueError):
         self.relation = relation
         self.column = column
         self.value = value
+
+
+class InputTypeError(RingmlError, TypeError):
+    """An argument of the wrong kind (a string where rows or names are expected, a
+    DataFrame where update batches are expected, ...); the message says what is expected."""
+
+
+class UnknownCategoryError(RingmlError, ValueError):
+    """A category at predict time that the model never saw (``handle_unknown="error"``)."""
+
+    def __init__(self, message: str, column: str, value: object) -> None:
+        super().__init__(message)
+        self.column = column
+        self.value = value

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .batch import BatchPreparer, PreparedRows, UpdateBatch
+from .batch import BatchPreparer, PreparedRows, UpdateBatch, as_frame
 from .encoding import Dictionary
 from .enumeration import enumerate_nu
-from .errors import BatchError, SchemaError
+from .errors import BatchError, InputTypeError, SchemaError
 from .nu_tree import NuTree, build_nu, nu_order
 from .query import Atom, Query, fingerprint
 from .rings.base import RingError
@@ -83,6 +83,11 @@ class Maintainer:
         self.query = query
         self.ring = query.ring
         self.strategy = strategy
+        if isinstance(updatable, str | bytes):
+            raise SchemaError(
+                f"updatable must be a list of relation names, not the string {updatable!r} "
+                f"(write [{updatable!r}] for one relation)"
+            )
         self.updatable = frozenset(query.relations if updatable is None else updatable)
         unknown = self.updatable - set(query.relations)
         if unknown:
@@ -165,20 +170,25 @@ class Maintainer:
         self._apply([UpdateBatch.inserts(relation, rows)], loading=True)
 
     def apply(self, batches: Sequence[UpdateBatch] | UpdateBatch) -> None:
-        """Apply batches (any relations, any interleaving) atomically: all or none."""
-        if isinstance(batches, UpdateBatch):
-            batches = [batches]
+        """Apply batches (any relations, any interleaving) atomically: all or none.
+
+        The first apply ends the loading phase, once it succeeded (a rejected one leaves
+        :meth:`load` open)."""
+        batches = _as_batches(batches)
         self._check_updatable([batch.relation for batch in batches])
+        self._apply(batches, loading=False)
         if self._loading:
             self._finish_loading()
-        self._apply(batches, loading=False)
 
-    def _rollback(self, committed: Sequence[PreparedRows]) -> None:
-        """Undo the journaled store additions and the recorded tuples of a rejected apply."""
+    def _rollback(self, committed: Sequence[PreparedRows], shifts=None) -> None:
+        """Undo the journaled store additions, the recorded tuples and the shifts fixed
+        (``shifts``: the ring's shifts before) of a rejected apply."""
         for store, codes, payload, support in reversed(self._journal):
             store.undo(codes, payload, support)
         for rows in committed:
             self._preparer.uncommit(rows)
+        if shifts is not None:
+            self.ring.reopen_shifts(shifts)
 
     def _check_updatable(self, relations: Iterable[str]) -> None:
         for relation in relations:
@@ -196,6 +206,7 @@ class Maintainer:
     def _apply(self, batches: Sequence[UpdateBatch], loading: bool) -> None:
         prepared = self._prepare_all(batches)
         committed: list[PreparedRows] = []
+        shifts = getattr(self.ring, "shifts", None)  # the rings that fix shifts on first lift
         self._journal.clear()
         try:
             for rows in prepared:
@@ -211,12 +222,16 @@ class Maintainer:
             if self.strategy == "recompute" and prepared:
                 self._recompute()
         except RingError as error:  # e.g. an int64 overflow deep in a view: undo everything
-            self._rollback(committed)
+            self._rollback(committed, shifts)
             relation = committed[-1].relation if committed else None
+            column, value = committed[-1].largest_factor() if committed else (None, None)
             raise BatchError(
                 f"relation {relation!r}: the batch was rejected while maintaining the views "
-                f"({error}); no view changed",
+                f"({error}); its largest factor is column {column!r} = {value!r}; no view "
+                f"changed",
                 relation,
+                column,
+                value,
             ) from None
         finally:
             self._journal.clear()
@@ -669,6 +684,12 @@ class Maintainer:
         the bookkeeping; ``allow_absent_deletes=True`` skips even that.
         """
         self._check_updatable([relation])
+        if isinstance(factors, str | bytes | Mapping | pd.DataFrame):
+            raise InputTypeError(
+                f"relation {relation!r}: factors must be a list of DataFrames (or column "
+                f"mappings), got {type(factors).__name__}"
+            )
+        factors = [as_frame(f, relation) for f in factors]
         columns = self.query.relations.get(relation, ())
         seen: list[str] = []
         for frame in factors:
@@ -681,13 +702,13 @@ class Maintainer:
             )
         if int(multiplicity) != multiplicity or multiplicity == 0:
             raise BatchError(f"relation {relation!r}: multiplicity must be a non-zero integer")
-        if self._loading:
-            self._finish_loading()
         if self.strategy != "fivm" or any(len(f) == 0 for f in factors):
             expanded = _cross_product(factors)[list(columns)]
             mult = np.full(len(expanded), int(multiplicity), dtype=np.int64)
             if len(expanded):
                 self._apply([UpdateBatch(relation, expanded, mult)], loading=False)
+            if self._loading:
+                self._finish_loading()
             return
         prepared = [self._preparer.prepare_factor(relation, f) for f in factors]
         for rows in prepared:
@@ -698,6 +719,9 @@ class Maintainer:
             bookkeeping = self._preparer.prepare(
                 UpdateBatch(relation, expanded, np.full(len(expanded), int(multiplicity)))
             )
+        if self._loading:  # validated: loading ends (its views would get the expansion)
+            self._finish_loading()
+        shifts = getattr(self.ring, "shifts", None)
         self._journal.clear()
         try:
             if bookkeeping is not None:
@@ -705,7 +729,7 @@ class Maintainer:
             for atom in self.query.atoms_of(relation):
                 self._propagate_factorized(atom, prepared, int(multiplicity))
         except RingError as error:
-            self._rollback([bookkeeping] if bookkeeping is not None else [])
+            self._rollback([bookkeeping] if bookkeeping is not None else [], shifts)
             raise BatchError(
                 f"relation {relation!r}: the update was rejected while maintaining the views "
                 f"({error}); no view changed",
@@ -1003,6 +1027,31 @@ def _has_siblings(node: ViewNode | AtomLeaf) -> bool:
     return node.parent is not None and len(node.parent.children) > 1
 
 
+def _as_batches(batches) -> list[UpdateBatch]:
+    """``apply``'s argument as a list of batches; :class:`InputTypeError` for anything else."""
+    if isinstance(batches, UpdateBatch):
+        return [batches]
+    expected = (
+        "apply takes an UpdateBatch or a list of them (rows go through "
+        "insert(relation, rows), delete(...) or UpdateBatch.inserts(relation, rows))"
+    )
+    if isinstance(batches, str | bytes | Mapping | pd.DataFrame) or not isinstance(
+        batches, Iterable
+    ):
+        raise InputTypeError(f"{expected}; got {type(batches).__name__}")
+    batches = list(batches)
+    for i, batch in enumerate(batches):
+        if not isinstance(batch, UpdateBatch):
+            raise InputTypeError(f"{expected}; item {i} is a {type(batch).__name__}")
+    return batches
+
+
+_ORDERS = (
+    "a VariableOrder, its text format, a nested mapping, a list, 'auto', 'canonical' or "
+    "'free_connex'"
+)
+
+
 def _resolve_order(query: Query, order) -> VariableOrder:
     if order is None or order == "auto":
         if query.free:
@@ -1020,8 +1069,10 @@ def _resolve_order(query: Query, order) -> VariableOrder:
         return VariableOrder.free_connex(query)
     if isinstance(order, str):
         parsed = VariableOrder.parse(order, query)
-    else:
+    elif isinstance(order, Mapping | list | tuple):
         parsed = VariableOrder.from_nested(order)
+    else:
+        raise InputTypeError(f"order must be {_ORDERS}; got {type(order).__name__} {order!r}")
     parsed.validate(query)
     return parsed
 

@@ -55,8 +55,16 @@ class Query:
     filters: Mapping[str, RowFilter] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for name, cols in self.relations.items():
+            if isinstance(cols, str | bytes):
+                raise SchemaError(
+                    f"relation {name!r}: columns must be a list of names, not the string "
+                    f"{cols!r} (write {list(cols)!r} for one column per letter)"
+                )
         self.relations = {name: tuple(cols) for name, cols in self.relations.items()}
         for name, cols in self.relations.items():
+            if not cols:
+                raise SchemaError(f"relation {name!r} has no columns")
             if len(set(cols)) != len(cols):
                 raise SchemaError(f"relation {name!r} repeats a column: {cols}")
         if self.atoms is None:
@@ -78,6 +86,12 @@ class Query:
         unknown = set(self.free) - set(self.variables)
         if unknown:
             raise SchemaError(f"free variables {sorted(unknown)} occur in no relation")
+        unbound = set(self.ring.lifted_variables) - set(self.variables)
+        if unbound:
+            raise SchemaError(
+                f"the ring lifts variables {sorted(unbound)} that no relation has; the "
+                f"relations' columns are {list(self.variables)}"
+            )
         lifted_free = set(self.free) & set(self.ring.lifted_variables)
         if lifted_free:
             raise SchemaError(f"free variables are never lifted: {sorted(lifted_free)}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .keyindex import KeyIndex
-from .rings.base import Ring
+from .rings.base import Ring, RingError
 
 
 def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -98,7 +98,12 @@ class ViewStore:
             grown = np.zeros(self.index.capacity, dtype=np.int64)
             grown[: self.support.size] = self.support
             self.support = grown
-        self.payload = self.ring.batch_scatter_add(self.payload, slots, payload)
+        try:
+            self.payload = self.ring.batch_scatter_add(self.payload, slots, payload)
+        except RingError:  # the ring refused the delta (e.g. an overflow): drop the new keys
+            if new.any():
+                self.index.remove(slots[new])
+            raise
         if self.journal is not None:
             self.journal.append((self, codes, payload, support))
         if support is not None:

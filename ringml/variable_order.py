@@ -72,8 +72,10 @@ class VariableOrder:
         Names of atoms (relations) at leaves are accepted and ignored: atoms always hang under
         their lowest variable.  ``X...{R}`` (or ``X…{R}``) is a chain that starts at ``X`` and
         continues with the variables of the atoms inside the braces not placed elsewhere.
+        Names are letters, digits, ``_`` and ``.`` (not starting with a digit); any other
+        character raises :class:`VariableOrderError` with its position.
         """
-        tokens = re.findall(r"[A-Za-z_][\w.]*?(?:\.\.\.|…)?(?=[\s{},]|$)|[{},]", text.strip())
+        tokens = _tokens(text)
         if not tokens:
             raise VariableOrderError("empty variable order")
         atom_names = {a.name for a in query.atoms} if query is not None else set()
@@ -336,6 +338,27 @@ class VariableOrder:
                     raise VariableOrderError(f"parent {p!r} of {v!r} is not in the order")
                 seen.add(p)
                 p = self.parent[p]
+
+
+_TOKEN = re.compile(r"\s*(?:([^\W\d][\w.]*…?)|([{},]))")
+
+
+def _tokens(text: str) -> list[str]:
+    """Names and brackets of the variable-order text format; junk raises with its position."""
+    tokens = []
+    position = 0
+    end = len(text.rstrip())
+    while position < end:
+        match = _TOKEN.match(text, position)
+        if match is None:
+            at = position + len(text[position:]) - len(text[position:].lstrip())
+            raise VariableOrderError(
+                f"unexpected {text[at]!r} at position {at} in variable order {text!r}: names "
+                f"are letters, digits, '_' and '.'; the other characters are '{{', '}}' and ','"
+            )
+        tokens.append(match.group(1) or match.group(2))
+        position = match.end()
+    return tokens
 
 
 # ---------------------------------------------------------------------- query classes

@@ -1229,6 +1229,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         n = len(target)
         if len(slots) and (slots.min() < 0 or slots.max() >= n):
             raise RingError(f"batch_scatter_add: slots must lie in [0, {n})")
+        self._check_overflow(values)  # before any change: the target stays as it was
         if len(np.unique(slots)) != len(slots):
             # repeated slots: fall back to scatter-add by sum_by
             values = self.batch_sum_by(values, slots, n)
@@ -1248,6 +1249,28 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             )
             target.rows, target.entry, target.key1, target.key2, target.value = cols
         return target
+
+    @staticmethod
+    def _check_overflow(values: GCBatch) -> None:
+        """:class:`RingError` for a delta whose floats overflowed (±inf, NaN) or whose
+        counts left the range where they are exact integers (int64, or 2**53 as floats)."""
+        count = values.count
+        limit = 2**53 if count.dtype.kind == "f" else np.iinfo(np.int64).max
+        if count.size and not (np.abs(count) <= limit).all():
+            raise RingError(
+                f"count overflow in the generalized covariance ring: a count beyond {limit} "
+                f"(a product of multiplicities) is no longer exact"
+            )
+        for name, part in (("sums", values.sums), ("products", values.prods)):
+            if not np.isfinite(part).all():
+                raise RingError(
+                    f"float64 overflow in the generalized covariance {name}: a product of "
+                    f"feature values and counts exceeds {np.finfo(np.float64).max:.3g}"
+                )
+        if values.nnz and not np.isfinite(values.value).all():
+            raise RingError(
+                "float64 overflow in the generalized covariance ring's categorical entries"
+            )
 
     def _deferred(self, target: GCBatch, values: GCBatch) -> _Deferred | None:
         """``target``'s deferred table, made (or packed again with wider keys) so that it

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from .base import Ring, RingError
+from .scalar import checked_add, checked_mul, checked_sum_by
 
 __all__ = [
     "CovarianceBatch",
@@ -164,6 +165,50 @@ class _FusedPlan:
 @lru_cache(maxsize=1024)
 def _fused_plan(ks: tuple[int, ...]) -> _FusedPlan:
     return _FusedPlan(ks)
+
+
+# ---------------------------------------------------------------------- overflow guards
+_COUNT_SAFE = 2.0**62  # a float bound below this proves that an int64 count result fits
+
+
+def _magnitude(counts: np.ndarray) -> float:
+    """``max |count|`` as a float (0 for no counts)."""
+    if not counts.size:
+        return 0.0
+    top = int(np.abs(counts).max())
+    return float(top) if top >= 0 else 2.0**63  # |-2**63| wraps around to itself
+
+
+def _mul_counts(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a * b`` of int64 counts; :class:`RingError` where a product leaves int64."""
+    if _magnitude(a) * _magnitude(b) < _COUNT_SAFE:
+        return a * b
+    return checked_mul(a, b, "the counts of a covariance product")
+
+
+def _add_counts(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a + b`` of int64 counts; :class:`RingError` where a sum leaves int64."""
+    if _magnitude(a) + _magnitude(b) < _COUNT_SAFE:
+        return a + b
+    return checked_add(a, b, "the counts of a covariance sum")
+
+
+def _check_count_sums(counts: np.ndarray, groups: np.ndarray | None, n_groups: int) -> None:
+    """:class:`RingError` when the sum of int64 counts of a group leaves int64."""
+    if counts.size * _magnitude(counts) >= _COUNT_SAFE:
+        if groups is None:
+            groups, n_groups = np.zeros(counts.size, dtype=np.int64), 1
+        checked_sum_by(counts, groups, n_groups)
+
+
+def _check_finite(b: CovarianceBatch) -> None:
+    """:class:`RingError` when sums or products overflowed float64 (to ±inf or NaN)."""
+    for name, part in (("sums", b.sums), ("products", b.products)):
+        if not np.isfinite(part).all():
+            raise RingError(
+                f"float64 overflow in the covariance {name}: a product of feature values "
+                f"and counts exceeds {np.finfo(np.float64).max:.3g} (or became NaN)"
+            )
 
 
 @lru_cache(maxsize=4096)
@@ -445,6 +490,12 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             if not math.isnan(current):
                 raise RingError(f"shift of {name!r} is already fixed at {current!r}")
             self._shifts[j] = value
+
+    def reopen_shifts(self, earlier: np.ndarray) -> None:
+        """Open again the shifts that were open in ``earlier`` (a :attr:`shifts` copy): a
+        batch rejected mid-way must not leave the shift its values chose (no stored payload
+        uses a variable whose shift was open, so none changes)."""
+        self._shifts[np.isnan(earlier)] = np.nan
 
     def index_of(self, variable: str) -> int:
         """Global index of a variable; :class:`RingError` if the ring does not know it."""
@@ -789,7 +840,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         self._own(a, b)
         self._check_len(a, b, "sum")
         a, b = self._fold(a), self._fold(b)
-        count = a.count + b.count
+        count = _add_counts(a.count, b.count)
         if a.block == b.block:
             return self._batch(a.block, count, a.sums + b.sums, a.products + b.products)
         union = _union(a.block, b.block)
@@ -811,7 +862,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         self._check_len(a, b, "product")
         a, b = self._fold(a), self._fold(b)
         ca, cb = a.count, b.count
-        count = ca * cb
+        count = _mul_counts(ca, cb)
         if not b.block:
             w = cb.astype(np.float64)[:, None]
             return self._batch(a.block, count, a.sums * w, a.products * w)
@@ -876,7 +927,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         k = k.astype(np.int64)
         a = self._fold(a)
         w = k.astype(np.float64)[:, None]
-        return self._batch(a.block, a.count * k, a.sums * w, a.products * w)
+        return self._batch(a.block, _mul_counts(a.count, k), a.sums * w, a.products * w)
 
     def batch_sum_by(
         self, a: CovarianceBatch, groups: np.ndarray, n_groups: int
@@ -899,6 +950,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             raise RingError(f"group ids must be integers, got dtype {groups.dtype}")
         if groups.min() < 0 or groups.max() >= n_groups:
             raise RingError(f"group ids must lie in [0, {n_groups})")
+        _check_count_sums(a.count, groups, n_groups)
         if n_groups == 1:
             out.count[0] = a.count.sum()
             out.sums[0] = a.sums.sum(axis=0)
@@ -961,9 +1013,16 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         if n == 0:
             return out
         counts = np.stack([f.count for f in factors])
-        total = counts[0].copy()
-        for c in counts[1:]:
-            total *= c
+        largest = np.abs(counts).max(axis=1)  # per factor; negative only if -2**63 wrapped
+        if largest.min() >= 0 and n * np.prod(largest, dtype=np.float64) < _COUNT_SAFE:
+            total = counts[0].copy()
+            for c in counts[1:]:
+                total *= c
+        else:  # rare: exact checks of every product and of the sum
+            total = counts[0]
+            for c in counts[1:]:
+                total = _mul_counts(total, c)
+            _check_count_sums(total, None, 1)
         out.count[0] = total.sum()
         c = counts.astype(np.float64)
         # pre[x] = prod_{z<x} c_z and suf[x] = prod_{z>x} c_z: exact for integer counts
@@ -1013,6 +1072,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             raise RingError(
                 f"scatter_add needs one slot per value: {slots.shape} vs {len(values.count)}"
             )
+        _check_finite(values)  # before any change: a rejected delta leaves the target as it was
         union = _union(target.block, values.block)
         if union != target.block:
             lo = target.sums_lo is not None
@@ -1021,7 +1081,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         m = slots.size
         if m and slots[-1] - slots[0] == m - 1 and (m < 3 or (np.diff(slots) == 1).all()):
             slots = slice(int(slots[0]), int(slots[0]) + m)  # consecutive: work on views
-        target.count[slots] += values.count
+        target.count[slots] = _add_counts(target.count[slots], values.count)
         if target.sums_lo is None:
             target.sums[slots] += sums
             target.products[slots] += products
@@ -1237,6 +1297,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             if weights.shape != (n,) or weights.dtype.kind not in "iub":
                 raise RingError(f"lift_block_sum_by needs {n} integer weights")
             weights = weights.astype(np.int64, copy=False)
+            _check_count_sums(weights, groups, n_groups)
         if n > 1 and not (groups[1:] >= groups[:-1]).all():
             order = np.argsort(groups, kind="stable")
             groups, x = groups[order], x[:, order]

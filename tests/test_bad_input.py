@@ -1,0 +1,493 @@
+"""Issue 9, item 4: bad input gets a clear ringml error and changes nothing.
+
+One test (or parametrized test) per bullet of the item.  Every rejection asserts the error
+class, that the message names the relation, column and value (where the input has them),
+and that ``result()``, ``enumerate()`` and every stored view are exactly as before, under
+every strategy; accepted data is checked against an independent oracle (Python equality,
+pandas, scikit-learn).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from ringml.models import JoinRegressor, SufficientStatsRegressor
+from ringml.rings.covariance import CovarianceRing
+from ringml.rings.scalar import IntegerRing
+from sklearn.compose import ColumnTransformer
+from sklearn.linear_model import LinearRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import OneHotEncoder
+from test_engine_errors import STRATEGIES, check_error, snapshot
+
+import ringml as rm
+from ringml.batch import UpdateBatch
+from ringml.errors import (
+    BatchError,
+    InputTypeError,
+    RingmlError,
+    SchemaError,
+    UnknownCategoryError,
+    VariableOrderError,
+)
+
+RELS = {"R": ["k", "x"], "S": ["k", "y"]}
+FREE = [(), ("k",)]
+
+
+def data() -> dict[str, pd.DataFrame]:
+    return {
+        "R": pd.DataFrame({"k": [1, 1, 2, 3], "x": [1.0, 2.5, -3.0, 4.0]}),
+        "S": pd.DataFrame({"k": [1, 2, 2, 4], "y": [10.0, 20.0, 30.0, 40.0]}),
+    }
+
+
+def query(ring: str, free=()) -> rm.Query:
+    """COUNT, Σ, Σxxᵀ of x, y over R ⋈ S (``covariance``), the same with a categorical
+    variable ``k`` kept (``categorical``, free=() only), or SUM(x·y) over ℤ (``integer``)."""
+    if ring == "covariance":
+        return rm.covariance_query(RELS, ["x", "y"], free=free)
+    if ring == "categorical":
+        return rm.covariance_query(RELS, ["k", "x", "y"], categorical=["k"])
+    return rm.Query(RELS, IntegerRing(["x", "y"]), free=list(free))
+
+
+def loaded(strategy: str, ring: str = "covariance", free=(), **options) -> rm.Maintainer:
+    m = rm.Maintainer(query(ring, free), strategy=strategy, **options)
+    for name, frame in data().items():
+        if ring == "integer":
+            frame = frame.assign(**{frame.columns[1]: [1, 2, 3, 4]})
+        m.insert(name, frame)
+    return m
+
+
+def state(m: rm.Maintainer) -> dict:
+    """The result, the enumeration of a grouped result and every stored view."""
+    out = snapshot(m)
+    if m.query.free:
+        out["enumerate"] = sorted(m.enumerate(), key=repr)
+    return out
+
+
+def rejected(m: rm.Maintainer, call, error_class=BatchError, relation="R", column=None, value=None):
+    """``call`` raises ``error_class`` naming relation/column/value and changes nothing."""
+    before = state(m)
+    with pytest.raises(error_class) as caught:
+        call()
+    assert isinstance(caught.value, RingmlError)
+    if isinstance(caught.value, BatchError):
+        check_error(caught.value, relation, column, value)
+    else:
+        for text in (relation, column, value):
+            assert text is None or text in str(caught.value)
+    assert state(m) == before
+    return caught.value
+
+
+def moments(m: rm.Maintainer, payload) -> tuple:
+    """Count, Σ and Σxxᵀ in original units, categories ordered by value (comparable across
+    maintainers whatever their shifts and category codes)."""
+    ring = m.ring
+    if isinstance(ring, CovarianceRing):
+        return ring.moments(payload)
+    codes = list(ring.count_tables(payload)[("k",)])
+    by_value = sorted(codes, key=lambda code: m.decode("k", [code])[0])
+    return ring.to_dense(payload, {"k": by_value})
+
+
+def assert_same(m: rm.Maintainer, reference: rm.Maintainer) -> None:
+    """The same result: exact over ℤ, to rounding for the covariance rings."""
+    if isinstance(m.ring, IntegerRing):
+        assert m.result() == reference.result()
+        return
+    a, b = m.result(), reference.result()
+    if not m.query.free:
+        a, b = {(): a}, {(): b}
+    assert a.keys() == b.keys()
+    for key in a:
+        for x, y in zip(moments(m, a[key]), moments(reference, b[key]), strict=True):
+            np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-9)
+
+
+def still_works(m: rm.Maintainer, ring: str = "covariance", free=()) -> None:
+    """A good batch after the rejection gives what it gives on a fresh maintainer."""
+    good = pd.DataFrame({"k": [2], "x": [7.0 if ring != "integer" else 7]})
+    m.insert("R", good)
+    reference = loaded("recompute", ring, free)
+    reference.insert("R", good)
+    assert_same(m, reference)
+
+
+# ------------------------------------------------------------------ 1. feature values
+FEATURE_VALUES = [
+    ("numeric string", pd.DataFrame({"k": [1, 2], "x": [1.0, "1.5"]}, dtype=object), "'1.5'"),
+    ("boolean in objects", pd.DataFrame({"k": [1, 2], "x": [1.0, True]}, dtype=object), "True"),
+    ("boolean column", pd.DataFrame({"k": [1, 2], "x": [True, False]}), "True"),
+    ("complex", pd.DataFrame({"k": [1, 2], "x": [1 + 2j, 2.0]}), "(1+2j)"),
+    (
+        "Timestamp",
+        pd.DataFrame({"k": [1, 2], "x": [1.0, pd.Timestamp("2024-01-02")]}, dtype=object),
+        "Timestamp('2024-01-02",
+    ),
+    (
+        "datetime64 column",
+        pd.DataFrame({"k": [1, 2], "x": pd.to_datetime(["2024-01-02", "2024-01-03"])}),
+        "Timestamp('2024-01-02",
+    ),
+    ("Timedelta", pd.DataFrame({"k": [1, 2], "x": pd.to_timedelta(["1s", "2s"])}), "Timedelta("),
+    (
+        "pandas NA (nullable Int64)",
+        pd.DataFrame({"k": [1, 2], "x": pd.array([1, None], dtype="Int64")}),
+        "<NA>",
+    ),
+    ("pandas NA (objects)", pd.DataFrame({"k": [1, 2], "x": [1.0, pd.NA]}, dtype=object), "<NA>"),
+    ("None", pd.DataFrame({"k": [1, 2], "x": [1.0, None]}, dtype=object), "None"),
+]
+
+
+# (ring, free variables); the categorical query keeps k bound (it is a feature)
+RING_FREE = [
+    ("covariance", ()),
+    ("covariance", ("k",)),
+    ("integer", ()),
+    ("integer", ("k",)),
+    ("categorical", ()),
+]
+
+
+@pytest.mark.parametrize(("ring", "free"), RING_FREE)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(
+    ("name", "rows", "value"), FEATURE_VALUES, ids=[case[0] for case in FEATURE_VALUES]
+)
+def test_feature_values_that_are_not_real_numbers_are_rejected(
+    name, rows, value, strategy, ring, free
+):
+    """Booleans are rejected too, not read as 0/1: a bool feature is asked for by casting
+    the column to int (an accidental flag column must not become a silent regressor)."""
+    m = loaded(strategy, ring, free)
+    error = rejected(m, lambda: m.insert("R", rows), BatchError, "R", "x", value)
+    assert "feature value" in str(error) and error.column == "x"
+    still_works(m, ring, free)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_strings_and_timestamps_are_valid_keys_and_nullable_numbers_valid_features(strategy):
+    """The same values are fine as join keys; an Int64 column without NA is a feature."""
+    q = rm.covariance_query({"R": ["when", "x"], "S": ["when", "y"]}, ["x", "y"])
+    m = rm.Maintainer(q, strategy=strategy)
+    days = pd.to_datetime(["2024-01-01", "2024-01-02", "2024-01-02"])
+    r = pd.DataFrame({"when": days, "x": pd.array([1, 2, 3], dtype="Int64")})
+    s = pd.DataFrame({"when": [days[1], pd.Timestamp("2024-01-05")], "y": [0.5, 2.0]})
+    m.insert("R", r)
+    m.insert("S", s)
+    flat = r.astype({"x": float}).merge(s, on="when")
+    stats = q.ring.statistics(m.result())
+    assert stats.count == len(flat) == 2
+    np.testing.assert_allclose(stats.mean, flat[["x", "y"]].mean().to_numpy())
+
+
+# ------------------------------------------------------------------ 2. overflow
+@pytest.mark.parametrize("ring", ["covariance", "categorical"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_float_overflow_in_products_is_rejected(strategy, ring):
+    """1e200 and -1e200 are finite, but x² (after the shift by their mean 0) is not."""
+    m = rm.Maintainer(query(ring), strategy=strategy)
+    m.insert("S", data()["S"])
+    rows = pd.DataFrame({"k": [1, 2], "x": [1e200, -1e200]})
+    error = rejected(m, lambda: m.insert("R", rows), BatchError, "R", "x", "1e+200")
+    assert "overflow" in str(error) and error.value == 1e200
+    m.insert("R", data()["R"])  # the shift the rejected batch may have fixed does no harm
+    assert_same(m, loaded("recompute", ring))
+
+
+@pytest.mark.parametrize("ring", ["covariance", "categorical"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_counts_beyond_int64_are_rejected(strategy, ring):
+    """k=2 has two S tuples: a multiplicity of 2**62 gives the count 2**63 (IntegerRing
+    rejects this already; the covariance rings wrapped around or lost exactness)."""
+    m = loaded(strategy, ring)
+    batch = UpdateBatch("R", pd.DataFrame({"k": [2], "x": [1.0]}), np.array([2**62]))
+    error = rejected(m, lambda: m.apply(batch), BatchError, "R", "multiplicity", str(2**62))
+    assert "overflow" in str(error)
+    still_works(m, ring)
+
+
+# ------------------------------------------------------------------ 3. uint64 keys
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_uint64_key_beyond_int64_joins_only_equal_numbers(strategy):
+    """2**64-1 as uint64 must not join the int64 key -1 (it wrapped around to it), nor the
+    string of its digits; it joins the same number held as a Python int."""
+    big = 2**64 - 1
+    r_keys = np.array([big, 5], dtype=np.uint64)
+    s_keys = [-1, 5, big, str(big)]
+    q = rm.Query({"R": ["k", "a"], "S": ["k", "b"]}, IntegerRing(), free=["a", "b"])
+    m = rm.Maintainer(q, strategy=strategy)
+    m.insert("R", pd.DataFrame({"k": r_keys, "a": [1, 2]}))
+    m.insert("S", pd.DataFrame({"k": s_keys, "b": [10, 20, 30, 40]}, dtype=object))
+    oracle = {}
+    for ka, a in zip(r_keys.tolist(), [1, 2], strict=True):
+        for kb, b in zip(s_keys, [10, 20, 30, 40], strict=True):
+            if ka == kb:  # Python's equality: 2**64-1 != -1 and != its string
+                oracle[(a, b)] = oracle.get((a, b), 0) + 1
+    assert m.result() == oracle == {(1, 30): 1, (2, 20): 1}
+    assert sorted(m.enumerate()) == sorted(oracle.items())
+    # the delete check tells the two apart too
+    rejected(
+        m,
+        lambda: m.delete("S", pd.DataFrame({"k": [big - 1], "b": [30]}, dtype=object)),
+        BatchError,
+        "S",
+        "k",
+        str(big - 1),
+    )
+    m.delete("R", pd.DataFrame({"k": np.array([big], dtype=np.uint64), "a": [1]}))
+    assert m.result() == {(2, 20): 1}
+
+
+# ------------------------------------------------------------------ 4. schemas
+def test_schema_mistakes_are_rejected_when_the_query_is_made():
+    with pytest.raises(SchemaError, match=r"relation 'R'.*string 'AB'"):
+        rm.Query({"R": "AB"})
+    with pytest.raises(SchemaError, match="relation 'R' has no columns"):
+        rm.Query({"R": [], "S": ["A"]})
+    with pytest.raises(SchemaError, match=r"lifts variables \['Z'\]"):
+        rm.covariance_query({"R": ["A", "B"], "S": ["A", "C"]}, features=["B", "Z"])
+    with pytest.raises(SchemaError, match=r"lifts variables \['Z'\]"):
+        rm.Query({"R": ["A", "B"]}, IntegerRing(["Z"]))
+    q = rm.Query({"R": ["A", "B"], "S": ["A", "C"], "RS": ["A"]})
+    with pytest.raises(SchemaError, match="not the string 'RS'"):
+        rm.Maintainer(q, updatable="RS")
+    assert rm.Maintainer(q, updatable=["RS"]).updatable == {"RS"}
+
+
+@pytest.mark.parametrize("free", FREE)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_duplicate_column_names_in_a_batch_are_rejected(strategy, free):
+    m = loaded(strategy, "covariance", free)
+    rows = pd.DataFrame([[1, 2.0, 3.0]], columns=["k", "x", "x"])
+    rejected(m, lambda: m.insert("R", rows), BatchError, "R", "x")
+    still_works(m, "covariance", free)
+
+
+# ------------------------------------------------------------------ 5. variable orders
+@pytest.mark.parametrize(
+    ("text", "junk"),
+    [("k{ x{R};; y{S} }", ";"), ("k{ x{R}, # y{S} }", "#"), ("k{ unit-price{R}, y{S} }", "-")],
+)
+def test_junk_in_variable_order_text_is_rejected_with_its_position(text, junk):
+    q = rm.Query({"R": ["k", "x"], "S": ["k", "y"]})
+    at = text.index(junk)
+    for parse in (
+        lambda: rm.VariableOrder.parse(text, q),
+        lambda: rm.Maintainer(q, order=text),
+    ):
+        with pytest.raises(VariableOrderError) as caught:
+            parse()
+        assert f"unexpected {junk!r} at position {at}" in str(caught.value)
+    clean = text.replace(";;", ",").replace("# ", "").replace("unit-price", "x")
+    assert str(rm.Maintainer(q, order=clean).order) == "k{x, y}"
+
+
+# ------------------------------------------------------------------ 6. wrong types
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_wrong_argument_types_raise_a_type_error_saying_what_is_expected(strategy):
+    m = loaded(strategy)
+    frame = pd.DataFrame({"k": [1], "x": [1.0]})
+    cases = [
+        (lambda: m.apply([frame]), "UpdateBatch", "item 0 is a DataFrame"),
+        (lambda: m.apply({"R": frame}), "UpdateBatch", "got dict"),
+        (lambda: m.apply(frame), "UpdateBatch", "got DataFrame"),
+        (lambda: m.apply_factorized("R", [{"k": 1}, {"x": [1.0]}]), "'R'", "scalar 1"),
+        (lambda: m.apply_factorized("R", {"k": [1], "x": [1.0]}), "'R'", "list of DataFrames"),
+        (lambda: m.insert("R", "k,x\n1,2.0"), "'R'", "not the string"),
+        (lambda: m.insert("R", {"k": 1, "x": 2.0}), "'R'", "column 'k' holds the scalar 1"),
+        (lambda: m.delete("R", 5), "'R'", "DataFrame"),
+    ]
+    for call, *texts in cases:
+        before = state(m)
+        with pytest.raises(InputTypeError) as caught:
+            call()
+        assert isinstance(caught.value, TypeError) and isinstance(caught.value, RingmlError)
+        for text in texts:
+            assert text in str(caught.value)
+        assert state(m) == before
+    with pytest.raises(InputTypeError, match="order must be a VariableOrder.*got int 123"):
+        rm.Maintainer(query("covariance"), order=123, strategy=strategy)
+    # the forms that are meant: a dict of column lists as rows and as factors
+    m.insert("R", {"k": [2], "x": [7.0]})
+    m.apply_factorized("R", [{"k": [3]}, pd.DataFrame({"x": [1.0, 2.0]})])
+    reference = loaded("recompute")
+    reference.insert("R", pd.DataFrame({"k": [2, 3, 3], "x": [7.0, 1.0, 2.0]}))
+    assert_same(m, reference)
+
+
+# ------------------------------------------------------------------ 7. loading phase
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_rejected_first_insert_does_not_end_the_loading_phase(strategy):
+    m = rm.Maintainer(query("covariance"), updatable=["R"], strategy=strategy)
+    m.load("S", data()["S"].iloc[:2])
+    bad = pd.DataFrame({"k": [1], "x": ["oops"]})
+    rejected(m, lambda: m.insert("R", bad), BatchError, "R", "x", "'oops'")
+    rejected(m, lambda: m.apply_factorized("R", [{"k": [1]}, {"x": ["oops"]}]), column="x")
+    m.load("S", data()["S"].iloc[2:])  # still loading: static S takes its other rows
+    m.insert("R", data()["R"])
+    assert_same(m, loaded("recompute"))
+    with pytest.raises(SchemaError, match="streaming has started"):
+        m.load("S", data()["S"])
+
+
+# ------------------------------------------------------------------ 8. flat regressor deletes
+def test_regressor_rejects_retracting_rows_never_added():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(40, 2))
+    y = X @ [2.0, -1.0] + 0.5 + rng.normal(0, 0.1, 40)
+    model = SufficientStatsRegressor(solver="cholesky").fit(X[:30], y[:30])
+    before = (model.coef_.copy(), model.intercept_, model.n_samples_seen_)
+    payload = model.ring_.to_bytes(model.payload_)
+    never = [
+        lambda: model.delete(X[30:], y[30:]),  # as many rows as there are: count would be 0
+        lambda: model.delete(X[:3], y[:3] + 1.0),  # same x, another y
+        lambda: model.partial_fit(X[30:32], y[30:32], sample_weight=[-1, -1]),
+        lambda: model.partial_fit(X[:2], y[:2], sample_weight=[-2, -1]),  # row 0 is there once
+    ]
+    for call in never:
+        with pytest.raises(BatchError, match="never added") as caught:
+            call()
+        assert isinstance(caught.value, ValueError)
+        np.testing.assert_array_equal(model.coef_, before[0])
+        assert (model.intercept_, model.n_samples_seen_) == before[1:]
+        assert model.ring_.to_bytes(model.payload_) == payload
+    model.delete(X[:10], y[:10])  # rows that were added: an exact retraction
+    model.partial_fit(X[10:12], y[10:12], sample_weight=[-1, -1])
+    sk = LinearRegression().fit(X[12:30], y[12:30])
+    np.testing.assert_allclose(model.coef_, sk.coef_, rtol=1e-9)
+    assert model.intercept_ == pytest.approx(sk.intercept_, rel=1e-9)
+    assert model.n_samples_seen_ == 18
+
+
+# ------------------------------------------------------------------ 9. Arrow batches, arrays
+class ArrowFrame:
+    """A polars-like frame: nothing but ``to_arrow()``."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    def to_arrow(self) -> pa.Table:
+        return self.table
+
+
+class ArrowStream:
+    """Any frame exposing the Arrow PyCapsule stream protocol."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        return self.table.__arrow_c_stream__(requested_schema)
+
+
+class Interchange:
+    """Any frame exposing the ``__dataframe__`` interchange protocol (and nothing else)."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    def __dataframe__(self, nan_as_null: bool = False, allow_copy: bool = True):
+        return self.table.__dataframe__(nan_as_null, allow_copy)
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [lambda t: t, ArrowFrame, ArrowStream, Interchange],
+    ids=["table", "to_arrow", "capsule", "interchange"],
+)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_arrow_tables_and_arrow_frames_are_batches(strategy, wrap):
+    m = rm.Maintainer(query("covariance"), strategy=strategy)
+    for name, frame in data().items():
+        m.insert(name, wrap(pa.Table.from_pandas(frame, preserve_index=False)))
+    m.delete("R", wrap(pa.table({"k": [1], "x": [2.5]})))
+    reference = rm.Maintainer(query("covariance"), strategy=strategy)
+    for name, frame in data().items():
+        reference.insert(name, frame)
+    reference.delete("R", pd.DataFrame({"k": [1], "x": [2.5]}))
+    assert m.result() == reference.result()
+    bad = wrap(pa.table({"k": [1], "x": ["2.5"]}))
+    rejected(m, lambda: m.insert("R", bad), BatchError, "R", "x", "'2.5'")
+
+
+def test_real_polars_frames_are_batches():
+    pl = pytest.importorskip("polars")
+    m = rm.Maintainer(query("covariance"))
+    reference = rm.Maintainer(query("covariance"))
+    for name, frame in data().items():
+        m.insert(name, pl.from_pandas(frame))
+        reference.insert(name, frame)
+    assert m.result() == reference.result()
+
+
+def join_data(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    r = pd.DataFrame({"k": rng.integers(0, 10, 200), "x": rng.normal(size=200)})
+    r["c"] = rng.choice(list("abc"), 200)
+    s = pd.DataFrame({"k": np.arange(10), "z": rng.normal(size=10)})
+    r["y"] = 3.0 * r["x"] + (r["c"] == "b") * 2.0 + rng.normal(0, 0.1, 200)
+    return r, s
+
+
+def test_join_regressor_predicts_on_arrays_like_scikit_learn():
+    r, s = join_data()
+    schemas = {"R": ["k", "x", "c", "y"], "S": ["k", "z"]}
+    model = JoinRegressor(schemas, "y", ["x", "z"], solver="cholesky").fit({"R": r, "S": s})
+    flat = r.merge(s, on="k")
+    sk = LinearRegression().fit(flat[["x", "z"]].to_numpy(), flat["y"])
+    X = flat[["x", "z"]].to_numpy()
+    np.testing.assert_allclose(model.predict(X), sk.predict(X), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(model.predict(X.tolist()), model.predict(flat))
+    np.testing.assert_allclose(model.predict(pa.Table.from_pandas(flat)), model.predict(flat))
+    with pytest.raises(ValueError, match="X has 3 features, but JoinRegressor is expecting 2"):
+        model.predict(flat[["x", "z", "y"]].to_numpy())
+    with pytest.raises(ValueError, match="2D array"):
+        model.predict(X[:, 0])
+
+
+# ------------------------------------------------------------------ 10. unseen categories
+@pytest.mark.parametrize("handle_unknown", ["error", "ignore"])
+def test_unseen_category_at_predict_time_follows_handle_unknown(handle_unknown):
+    r, s = join_data(1)
+    schemas = {"R": ["k", "x", "c", "y"], "S": ["k", "z"]}
+    model = JoinRegressor(
+        schemas, "y", ["x", "c", "z"], ["c"], solver="cholesky", handle_unknown=handle_unknown
+    ).fit({"R": r, "S": s})
+    flat = r.merge(s, on="k")
+    new = flat.iloc[:4].copy()
+    new["c"] = ["a", "zzz", "c", "b"]
+    # scikit-learn's convention as the oracle: one-hot (first category dropped) + OLS
+    sk = make_pipeline(one_hot(handle_unknown), LinearRegression())
+    sk.fit(flat[["x", "c", "z"]], flat["y"])
+    np.testing.assert_allclose(model.predict(flat), sk.predict(flat[["x", "c", "z"]]), rtol=1e-9)
+    if handle_unknown == "ignore":
+        np.testing.assert_allclose(model.predict(new), sk.predict(new[["x", "c", "z"]]), rtol=1e-9)
+        return
+    coef = model.coef_.copy()
+    with pytest.raises(UnknownCategoryError) as caught:
+        model.predict(new)
+    assert isinstance(caught.value, ValueError)
+    assert (caught.value.column, caught.value.value) == ("c", "zzz")
+    assert "'c'" in str(caught.value) and "'zzz'" in str(caught.value)
+    with pytest.raises(ValueError, match="'zzz'"):
+        sk.predict(new[["x", "c", "z"]])  # scikit-learn rejects it too
+    np.testing.assert_array_equal(model.coef_, coef)
+    with pytest.raises(ValueError, match="handle_unknown"):
+        JoinRegressor(schemas, "y", handle_unknown="skip").fit({"R": r, "S": s})
+
+
+def one_hot(handle_unknown: str) -> ColumnTransformer:
+    """Column ``c`` one-hot encoded with its first category dropped; the others as they are."""
+    return ColumnTransformer(
+        [("c", OneHotEncoder(drop="first", handle_unknown=handle_unknown), ["c"])],
+        remainder="passthrough",
+    )
