@@ -44,8 +44,8 @@ Two solvers, same answer:
   system (rank-deficient systems fall back to the minimum-norm least-squares solution in
   standardized coordinates, flagged ``rank_deficient``).
 
-Shifts.  :class:`~ringml.rings.covariance.CovarianceRing` payloads hold moments of
-``x' = x − h`` (``ring.shifts``); with an intercept the slopes are shift-invariant and the
+Shifts.  Covariance payloads (both rings) hold moments of ``x' = x − h`` (``ring.shifts``;
+one-hot columns are unshifted); with an intercept the slopes are shift-invariant and the
 intercept in original units is ``θ₀' + h_y − Σ_j β_j h_j`` (the ring's docstring).  Without
 an intercept the raw second moments are rebuilt from the shifted ones first.
 
@@ -230,7 +230,8 @@ def _generalized_design(ring, payload, label, feats, drop, decode) -> Design:
         cats[v] = [c for _, c in sorted(zip(decoded, codes, strict=True), key=_sort_key)]
     # the present categories first, then codes of absent ones that entries still carry
     dense = {v: cats[v] + sorted(stored[v] - set(cats[v])) for v in ring.categorical}
-    count, s, Q = ring.to_dense(payload, dense)
+    # the stored (shifted) moments, so the solver centres them without cancellation
+    count, s, Q = ring.to_dense(payload, dense, shifted=True)
     # dense column of every continuous variable / (categorical variable, code), in the
     # layout to_dense used (absent categories' columns included, so later ones line up)
     position: dict = {v: j for j, v in enumerate(ring.continuous)}
@@ -262,7 +263,8 @@ def _generalized_design(ring, payload, label, feats, drop, decode) -> Design:
     sigma[0, 0] = count
     sigma[0, 1:] = sigma[1:, 0] = s[idx]
     sigma[1:, 1:] = Q[np.ix_(idx, idx)]
-    return Design(sigma, tuple(columns), label, np.zeros(len(idx)), categories)
+    shifts = ring.dense_shifts(len(s))[idx]
+    return Design(sigma, tuple(columns), label, shifts, categories)
 
 
 def _stored_codes(ring: GeneralizedCovarianceRing, payload: GCPayload) -> dict[str, set]:

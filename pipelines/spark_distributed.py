@@ -31,11 +31,12 @@ Design (``ARCHITECTURE.md``, "Backends"):
   task recomputes from the committed version (idempotent).  The :class:`BatchError` the
   driver raises names the relation, column and value of the first failing shard's error,
   so a caller can drop the offending rows and retry (``spark_stream``'s dead letters do).
-* **Shifts.**  Covariance rings fix a per-variable shift at the first lift.  Every shard
-  fixes its own (the mean of the first values it lifts), so no driver-side pass over the
-  data is needed; a shard's root payload carries its shifts, and the driver re-centres
-  every shard root on the driver ring's shifts (``CovarianceRing.reshift``, exact algebra
-  on count, Σx and Σxxᵀ) before summing.  The driver ring adopts, for each variable still
+* **Shifts.**  Covariance rings (continuous and generalized) fix a per-variable shift at
+  the first lift.  Every shard fixes its own (from the first values it lifts), so no
+  driver-side pass over the data is needed; a shard's root payload carries its shifts, and
+  the driver re-centres every shard root on the driver ring's shifts (the ring's
+  ``reshift``, exact algebra on count, Σx, Σxxᵀ and the ``SUM(x) GROUP BY`` category
+  entries) before summing.  The driver ring adopts, for each variable still
   open, the shift of the lowest shard that lifted it, and records it in the manifest.
 * **Bulk load** (:meth:`DistributedMaintainer.load`) takes Spark or pandas DataFrames and
   goes through the same path (static relations are ``load``-ed, others inserted).

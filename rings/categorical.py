@@ -52,6 +52,17 @@ are added into (:class:`GCBatch`, :class:`_Deferred`): one packed integer key pe
 main sorted run updated in place and a small sorted pending run for new keys, merged into
 the main run only when it passes a quarter of it, so adding a delta costs in proportion to
 the delta (amortized), not to the stored table.
+
+Numerics (as :class:`~ringml.rings.covariance.CovarianceRing`): every continuous variable
+``i`` gets a fixed *shift* ``h_i``, chosen at its first lift (that batch's mean, rounded to
+a multiple of the largest power of two not above the batch's standard deviation, so that
+integer-valued data stay integers), and payloads hold the moments of ``x' = x − h``: ``s_i``,
+``Q_ii'`` and the ``SUM(X_i) GROUP BY X_j`` entries ``Q_ij`` are shifted sums; counts and
+categorical entries are unchanged.  :meth:`GeneralizedCovarianceRing.statistics` centres the
+shifted moments directly; :meth:`~GeneralizedCovarianceRing.entry` and
+:meth:`~GeneralizedCovarianceRing.to_dense` return original units.  Accumulators
+(:meth:`~GeneralizedCovarianceRing.batch_accumulator`) add the dense continuous part with
+TwoSum compensation (``sums_lo``/``prods_lo``); counts are integer-valued floats, exact.
 """
 
 from __future__ import annotations
@@ -66,12 +77,13 @@ from typing import Any
 
 import numpy as np
 from ringml.rings.base import Ring, RingError
+from ringml.rings.covariance import CovarianceStatistics
 
 __all__ = ["GCPayload", "GCBatch", "GeneralizedCovarianceRing"]
 
 NEGLIGIBLE = 1e-9
 _MAGIC = b"RGCB"
-_VERSION = 1
+_VERSION = 2  # 2 added the shifts and the compensation arrays; 1 is still read
 _MISSING = object()
 
 Relation = float | dict  # scalar-face entry: a float (schema ()) or a dict key -> value
@@ -104,6 +116,10 @@ class GCBatch:
     and a small pending run), so that an addition costs in proportion to the delta; reading
     or assigning any of those five attributes first turns the table back into the plain
     form (and the next addition packs it again).
+
+    Accumulators (:meth:`GeneralizedCovarianceRing.batch_accumulator`) also carry
+    ``sums_lo``/``prods_lo``, the TwoSum compensation of ``sums``/``prods`` (the value is
+    ``hi + lo``); other batches have None there.
     """
 
     def __init__(
@@ -118,10 +134,13 @@ class GCBatch:
         value: np.ndarray,  # (nnz,) float64
         #: (continuous, categorical) of the ring that made the batch
         config: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()),
+        sums_lo: np.ndarray | None = None,
+        prods_lo: np.ndarray | None = None,
     ) -> None:
         self.count = count
         self.sums = sums
         self.prods = prods
+        self.sums_lo, self.prods_lo = sums_lo, prods_lo
         self._rows, self._entry, self._key1, self._key2 = rows, entry, key1, key2
         self._value = value
         self.config = config
@@ -140,6 +159,8 @@ class GCBatch:
             if name in state:
                 state["_" + name] = state.pop(name)
         state.setdefault("_deferred", None)
+        state.setdefault("sums_lo", None)  # batches pickled before compensation
+        state.setdefault("prods_lo", None)
         self.__dict__.update(state)
 
     def _plain(self) -> None:
@@ -273,6 +294,25 @@ def _scatter_rows(x: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarra
     return out
 
 
+def _two_sum(hi: np.ndarray, lo: np.ndarray, at: slice | np.ndarray, add: np.ndarray) -> None:
+    """``hi[at] + lo[at] += add`` with TwoSum: ``hi`` takes the rounded sum, ``lo`` its error.
+    ``at``: a slice (views) or unique row indices (``np.take`` gathers faster than ``[]``)."""
+    rows = isinstance(at, slice)
+    a = hi[at] if rows else np.take(hi, at, axis=0)
+    total = a + add
+    b = total - a
+    err = total - b  # err = (a - (total - b)) + (add - b), TwoSum's rounding error
+    np.subtract(a, err, out=err)
+    np.subtract(add, b, out=b)
+    err += b
+    hi[at] = total
+    if rows:
+        lo[at] += err
+    else:
+        err += np.take(lo, at, axis=0)
+        lo[at] = err
+
+
 def _is_real_number(x: Any) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool | np.bool_)
 
@@ -318,14 +358,23 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
 
     ``GeneralizedCovarianceRing(continuous=["A", "B"], categorical=["C"])``: global order
     A, B, C (continuous first, each list in the order given).  Every variable is lifted:
-    a continuous ``x`` to ``(1, s_j={()->x}, Q_jj={()->x^2})``, a categorical ``x`` to
-    ``(1, s_j={x->1}, Q_jj={x->1})``.  Rings are equal when their configurations are.
+    a continuous ``x`` to ``(1, s_j={()->x'}, Q_jj={()->x'^2})`` with ``x' = x − h_j``, a
+    categorical ``x`` to ``(1, s_j={x->1}, Q_jj={x->1})``.  ``shift`` enables the shifts
+    (``ring.shifts``, NaN until fixed; zeros when ``shift=False``), ``compensated`` makes
+    :meth:`batch_accumulator` return TwoSum accumulators.  Rings are equal when their
+    configurations are; :meth:`check_same_ring` also compares the shifts.
     """
 
     name = "generalized_covariance"
     commutative = True
 
-    def __init__(self, continuous: Sequence[str] = (), categorical: Sequence[str] = ()):
+    def __init__(
+        self,
+        continuous: Sequence[str] = (),
+        categorical: Sequence[str] = (),
+        shift: bool = True,
+        compensated: bool = True,
+    ):
         if isinstance(continuous, str) or isinstance(categorical, str):
             raise RingError("continuous and categorical must be sequences of variable names")
         cont = tuple(continuous)
@@ -342,6 +391,11 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         self.categorical: tuple[str, ...] = cat
         self.variables: tuple[str, ...] = cont + cat
         self._config = (cont, cat)
+        self.shift = bool(shift)
+        self.compensated = bool(compensated)
+        # one shift per variable; categorical variables are never shifted (0)
+        self._shifts = np.zeros(len(cont) + len(cat))
+        self._shifts[: len(cont)] = np.nan if self.shift else 0.0
         self._index = {v: i for i, v in enumerate(self.variables)}
         p, q = len(cont), len(cat)
         self._p, self._q = p, q
@@ -410,21 +464,175 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
     def is_categorical(self, variable: str | int) -> bool:
         return self.index(variable) >= self._p
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "_shifts" not in state:  # pickled before shifts: its payloads are unshifted
+            state.update(shift=False, compensated=False, _shifts=np.zeros(len(state["_index"])))
+        self.__dict__.update(state)
+
+    def _settings(self) -> tuple:
+        return (self.continuous, self.categorical, self.shift, self.compensated)
+
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, GeneralizedCovarianceRing)
-            and self.continuous == other.continuous
-            and self.categorical == other.categorical
-        )
+        if not isinstance(other, GeneralizedCovarianceRing):
+            return False
+        return self._settings() == other._settings()
 
     def __hash__(self) -> int:
-        return hash((self.name, self.continuous, self.categorical))
+        return hash((self.name,) + self._settings())
 
     def __repr__(self) -> str:
+        options = "".join(
+            f", {name}=False" for name in ("shift", "compensated") if not getattr(self, name)
+        )
         return (
             f"GeneralizedCovarianceRing(continuous={list(self.continuous)!r}, "
-            f"categorical={list(self.categorical)!r})"
+            f"categorical={list(self.categorical)!r}{options})"
         )
+
+    # ------------------------------------------------------------------ shifts
+    @property
+    def shifts(self) -> np.ndarray:
+        """Per-variable shifts ``h`` in global order (NaN until fixed; 0 for categorical
+        variables).  Payloads hold the moments of ``x − h``."""
+        return self._shifts.copy()
+
+    def set_shifts(self, shifts: Mapping[str, float]) -> None:
+        """Fix shifts explicitly (e.g. restoring a checkpoint) before any lift of them.
+
+        Setting a variable to its current shift is a no-op; changing a fixed shift (or a
+        categorical variable's 0) raises :class:`RingError`.
+        """
+        for name, value in shifts.items():
+            j = self.index(name)
+            value = float(value)
+            if not math.isfinite(value):
+                raise RingError(f"shift of {name!r} must be finite, got {value!r}")
+            current = self._shifts[j]
+            if current == value:
+                continue
+            if j >= self._p or not self.shift:
+                raise RingError(f"{name!r} cannot be shifted (categorical, or shift=False)")
+            if not math.isnan(current):
+                raise RingError(f"shift of {name!r} is already fixed at {current!r}")
+            self._shifts[j] = value
+
+    def reopen_shifts(self, earlier: np.ndarray) -> None:
+        """Open again the shifts that were open in ``earlier`` (a :attr:`shifts` copy): a
+        batch rejected mid-way must not leave the shift its values chose (no stored payload
+        uses a variable whose shift was open, so none changes)."""
+        self._shifts[np.isnan(earlier)] = np.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly configuration and shifts (unfixed shifts are ``None``)."""
+        return {
+            "ring": self.name,
+            "continuous": list(self.continuous),
+            "categorical": list(self.categorical),
+            "shift": self.shift,
+            "compensated": self.compensated,
+            "shifts": [None if math.isnan(h) else float(h) for h in self._shifts],
+        }
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, Any]) -> GeneralizedCovarianceRing:
+        """Inverse of :meth:`to_dict`."""
+        ring = cls(
+            config["continuous"],
+            config["categorical"],
+            shift=config.get("shift", True),
+            compensated=config.get("compensated", True),
+        )
+        shifts = config.get("shifts") or [None] * ring.degree
+        ring.set_shifts(
+            {v: h for v, h in zip(ring.variables, shifts, strict=True) if h is not None}
+        )
+        return ring
+
+    def check_same_ring(self, other: Ring) -> None:
+        super().check_same_ring(other)
+        if other is not self and not np.array_equal(
+            self._shifts, other._shifts, equal_nan=True  # type: ignore[attr-defined]
+        ):
+            raise RingError(
+                f"generalized covariance rings differ in their shifts: {self._shifts} vs "
+                f"{other._shifts}"  # type: ignore[attr-defined]
+            )
+
+    def _h(self) -> np.ndarray:
+        """The continuous variables' shifts, 0 where still open."""
+        h = self._shifts[: self._p]
+        return np.where(np.isnan(h), 0.0, h)
+
+    def _shifted(self, i: int, x: np.ndarray) -> np.ndarray:
+        """``x − h_i`` for continuous variable ``i``, fixing ``h_i`` from ``x`` if open: the
+        mean rounded to a multiple of the largest power of two not above the values'
+        standard deviation (so ``|h − mean| <= sd / 2`` and integers stay integers)."""
+        h = self._shifts[i]
+        if math.isnan(h):
+            if not len(x):
+                return x
+            with np.errstate(over="ignore", invalid="ignore"):
+                h = float(np.mean(x))
+                sd = float(np.std(x)) if len(x) > 1 else 0.0
+            if not math.isfinite(h):
+                h = 0.0
+            elif sd > 0.0 and math.isfinite(sd):
+                step = math.ldexp(1.0, math.frexp(sd)[1] - 1)  # largest 2^k <= sd
+                h = float(np.round(h / step) * step)
+            self._shifts[i] = h
+        return x - h if h else x
+
+    def reshift(
+        self, payload: GCPayload, shifts: Mapping[str, float] | Sequence[float]
+    ) -> GCPayload:
+        """Re-express a payload made with other shifts ``a`` around this ring's shifts ``h``.
+
+        ``shifts``: one per ring variable in global order (as :attr:`shifts`), or a mapping
+        name -> shift.  With ``d = a − h`` the continuous parts become ``s + c d``,
+        ``Q + s dᵀ + d sᵀ + c d dᵀ`` and ``Q_ij[x] + d_i s_j[x]`` (``j`` categorical).  A
+        shift still open here is first fixed to the payload's (``d = 0``); a variable whose
+        shift is NaN or missing in ``shifts`` was never lifted into the payload (``d = 0``).
+        """
+        if isinstance(shifts, Mapping):
+            source = np.full(self.degree, np.nan)
+            for name, value in shifts.items():
+                source[self.index(name)] = float(value)
+        else:
+            source = np.asarray(shifts, dtype=np.float64).reshape(-1)
+            if source.shape != (self.degree,):
+                raise RingError(f"reshift needs {self.degree} shifts, got {source.shape[0]}")
+        a = source[: self._p]
+        for i, value in enumerate(a):
+            if math.isnan(self._shifts[i]) and math.isfinite(value):
+                self._shifts[i] = value
+        d = np.where(np.isnan(a), 0.0, a - self._h())
+        return self._moved(payload, d)
+
+    def _moved(self, a: GCPayload, d: np.ndarray) -> GCPayload:
+        """The payload of the rows with every continuous ``x_i`` replaced by ``x_i + d_i``."""
+        self._check_indices(a)
+        p = self._p
+        if not p or not d.any():
+            return a
+        c = float(a.count)
+        s = np.zeros(p)
+        for i, rel in a.sums.items():
+            if i < p:
+                s[i] = rel
+        sums = dict(a.sums)
+        products = dict(a.products)
+        for i in range(p):
+            sums[i] = s[i] + c * d[i]
+            for j in range(i, p):
+                cross = s[i] * d[j] + d[i] * s[j]
+                products[(i, j)] = float(a.products.get((i, j), 0.0)) + cross + c * d[i] * d[j]
+            for j in range(p, self.degree):
+                counts = a.sums.get(j) or {}
+                old = dict(a.products.get((i, j)) or {})
+                for x, n in counts.items():
+                    old[x] = old.get(x, 0.0) + d[i] * n
+                products[(i, j)] = old
+        return self._normalize(GCPayload(a.count, sums, products))
 
     # ------------------------------------------------------- scalar construction
     def element(
@@ -665,6 +873,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         i = self._index[variable]
         if i < self._p:
             x = self._check_continuous_scalar(variable, value)
+            x = float(self._shifted(i, np.array([x]))[0])
             return self._normalize(GCPayload(1.0, {i: x}, {(i, i): x * x}))
         self._check_category(variable, value)
         if isinstance(value, np.integer):
@@ -695,11 +904,14 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
 
     # ------------------------------------------------------------- read-outs
     def entry(self, a: GCPayload, var_i: str | int, var_j: str | int | None = None) -> Relation:
-        """The relation ``s_i`` (``var_j`` None) or ``Q_ij``: a float or a dict.
+        """The relation ``s_i`` (``var_j`` None) or ``Q_ij``: a float or a dict, in original
+        units (the shifts undone).
 
         For two categorical variables the pair keys follow the argument order.
         """
         i = self.index(var_i)
+        if min(i, i if var_j is None else self.index(var_j)) < self._p:
+            a = self._moved(a, self._h())
         if var_j is None:
             rel = a.sums.get(i)
             if rel is None:
@@ -734,9 +946,14 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         return out
 
     def to_dense(
-        self, a: GCPayload, categories: Mapping[str, Sequence[Hashable]]
+        self,
+        a: GCPayload,
+        categories: Mapping[str, Sequence[Hashable]],
+        shifted: bool = False,
     ) -> tuple[float, np.ndarray, np.ndarray]:
-        """``(count, sums, products)`` of the one-hot-expanded form.
+        """``(count, sums, products)`` of the one-hot-expanded form, in original units
+        (``shifted=True``: as stored, the moments of ``x − h``; :meth:`dense_shifts` gives
+        ``h`` per column).
 
         Columns: the continuous variables in order, then for every categorical variable one
         column per category of ``categories[var]`` in that order.  A stored category missing
@@ -786,7 +1003,45 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
                 for (x, y), v in rel.items():
                     ci, cj = col(i, x), col(j, y)
                     Q[ci, cj] = Q[cj, ci] = v
-        return float(a.count), s, Q
+        c = float(a.count)
+        if not shifted and self._p:  # x = x' + h: s + c h, Q + s hᵀ + h sᵀ + c h hᵀ
+            h = self.dense_shifts(width)
+            cross = np.outer(s, h)
+            Q += cross + cross.T + c * np.outer(h, h)
+            s += c * h
+        return c, s, Q
+
+    def dense_shifts(self, width: int) -> np.ndarray:
+        """The shift of every column of a :meth:`to_dense` layout ``width`` wide: ``h`` of
+        the continuous variables (0 while open), 0 for the one-hot columns."""
+        h = np.zeros(width)
+        h[: self._p] = self._h()
+        return h
+
+    def statistics(
+        self, a: GCPayload, categories: Mapping[str, Sequence[Hashable]], ddof: int = 0
+    ) -> CovarianceStatistics:
+        """Count, mean and covariance (population for ``ddof=0``) of the one-hot-expanded
+        columns of :meth:`to_dense`, in original units.
+
+        ``variables`` of the result labels the columns: the continuous variables' names, then
+        ``(variable, category)``.  Centred from the shifted moments as ``Q'/c − (s'/c)(s'/c)ᵀ``
+        (no cancellation against the shifts); negative rounding residue on the diagonal is
+        clamped to 0; count 0 gives NaN.
+        """
+        count, s, Q = self.to_dense(a, categories, shifted=True)
+        labels = self.continuous + tuple((v, x) for v in self.categorical for x in categories[v])
+        c = int(round(count))
+        if c == 0 or c - ddof == 0:
+            nan = np.full(len(s), np.nan)
+            return CovarianceStatistics(labels, c, nan, np.outer(nan, nan))
+        centred = s / c
+        cov = Q / c - np.outer(centred, centred)
+        if ddof:
+            cov *= c / (c - ddof)
+        diag = np.arange(len(s))
+        cov[diag, diag] = np.maximum(cov[diag, diag], 0.0)
+        return CovarianceStatistics(labels, c, self.dense_shifts(len(s)) + centred, cov)
 
     # ----------------------------------------------------------------- batched face
     def _make(
@@ -884,6 +1139,21 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         b.count[:] = 1.0
         return b
 
+    def batch_accumulator(self, n: int) -> GCBatch:
+        """A zero batch to accumulate into, with TwoSum compensation of the dense continuous
+        part when ``compensated``."""
+        b = self.batch_zeros(n)
+        if self.compensated:
+            b.sums_lo, b.prods_lo = np.zeros_like(b.sums), np.zeros_like(b.prods)
+        return b
+
+    def _fold(self, a: GCBatch) -> GCBatch:
+        """A plain batch with the compensation folded in (``hi + lo``); ``a`` itself when it
+        has none (operations other than take/scatter-add/clear/resize read accumulators so)."""
+        if a.sums_lo is None:
+            return a
+        return self.batch_take(a, np.arange(len(a)))
+
     def batch_from(self, elements: Sequence[GCPayload]) -> GCBatch:
         n = len(elements)
         count = np.zeros(n)
@@ -949,6 +1219,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
 
     def batch_to_list(self, batch: GCBatch) -> list[GCPayload]:
         self._check_batch(batch)
+        batch = self._fold(batch)
         n = len(batch)
         counts = batch.count.tolist()
         sums_l = batch.sums.tolist()
@@ -996,8 +1267,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         owner, pos = _ranges(lo, np.searchsorted(rows, idx + 1) - lo)
         return self._make(
             batch.count[idx],
-            batch.sums[idx],
-            batch.prods[idx],
+            *self._take_dense(batch, idx),
             owner,
             batch._entry[pos],
             batch._key1[pos],
@@ -1029,8 +1299,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         _, entry, key1, key2 = d.decode(local)
         return self._make(
             batch.count[idx],
-            batch.sums[idx],
-            batch.prods[idx],
+            *self._take_dense(batch, idx),
             owner,
             entry,
             key1,
@@ -1039,12 +1308,23 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             coalesce=False,
         )
 
+    @staticmethod
+    def _take_dense(batch: GCBatch, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``sums[idx]`` and ``prods[idx]``, compensation added (``np.take`` gathers rows
+        faster than indexing)."""
+        sums, prods = np.take(batch.sums, idx, axis=0), np.take(batch.prods, idx, axis=0)
+        if batch.sums_lo is not None:
+            sums += np.take(batch.sums_lo, idx, axis=0)
+            prods += np.take(batch.prods_lo, idx, axis=0)
+        return sums, prods
+
     def batch_concat(self, batches: Sequence[GCBatch]) -> GCBatch:
         batches = list(batches)
         if not batches:
             return self.batch_zeros(0)
         for b in batches:
             self._check_batch(b)
+        batches = [self._fold(b) for b in batches]
         offsets = np.cumsum([0] + [len(b) for b in batches[:-1]])
         return self._make(
             np.concatenate([b.count for b in batches]),
@@ -1060,6 +1340,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
 
     def batch_add(self, a: GCBatch, b: GCBatch) -> GCBatch:
         self._check_aligned(a, b)
+        a, b = self._fold(a), self._fold(b)
         return self._make(
             a.count + b.count,
             a.sums + b.sums,
@@ -1073,6 +1354,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
 
     def batch_neg(self, a: GCBatch) -> GCBatch:
         self._check_batch(a)
+        a = self._fold(a)
         return GCBatch(
             -a.count, -a.sums, -a.prods, a.rows, a.entry, a.key1, a.key2, -a.value, self._config
         )
@@ -1082,6 +1364,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         k = np.asarray(k)
         if k.shape != (len(a),):
             raise RingError(f"batch_scale: need {len(a)} multiplicities, got shape {k.shape}")
+        a = self._fold(a)
         kf = k.astype(np.float64)
         value = a.value * kf[a.rows]
         keep = value != 0
@@ -1099,6 +1382,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
 
     def batch_mul(self, a: GCBatch, b: GCBatch) -> GCBatch:
         self._check_aligned(a, b)
+        a, b = self._fold(a), self._fold(b)
         p, q = self._p, self._q
         ca, cb = a.count, b.count
         count = ca * cb
@@ -1204,6 +1488,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         groups = groups.astype(np.int64, copy=False)
         if len(groups) and (groups.min() < 0 or groups.max() >= n_groups):
             raise RingError(f"batch_sum_by: group ids must lie in [0, {n_groups})")
+        a = self._fold(a)
         return self._make(
             _scatter_rows(a.count, groups, n_groups),
             _scatter_rows(a.sums, groups, n_groups),
@@ -1220,9 +1505,11 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
 
         The sparse delta goes into ``target``'s deferred table (:class:`_Deferred`): the
         cost follows the delta, not the stored table, up to the occasional settling of the
-        pending run into the main one."""
+        pending run into the main one.  A compensated ``target`` adds the dense continuous
+        part by TwoSum into ``hi``/``lo``."""
         self._check_batch(target)
         self._check_batch(values)
+        values = self._fold(values)
         slots = np.asarray(slots, dtype=np.int64)
         if slots.shape != (len(values),):
             raise RingError(f"batch_scatter_add: need {len(values)} slots, got {slots.shape}")
@@ -1235,8 +1522,16 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             values = self.batch_sum_by(values, slots, n)
             slots = np.arange(n, dtype=np.int64)
         target.count[slots] += values.count
-        target.sums[slots] += values.sums
-        target.prods[slots] += values.prods
+        if target.sums_lo is None:
+            target.sums[slots] += values.sums
+            target.prods[slots] += values.prods
+        elif len(slots) and self._p:
+            m = len(slots)
+            at = slots
+            if slots[-1] - slots[0] == m - 1 and (m < 3 or (np.diff(slots) == 1).all()):
+                at = slice(int(slots[0]), int(slots[0]) + m)  # consecutive: work on views
+            _two_sum(target.sums, target.sums_lo, at, values.sums)
+            _two_sum(target.prods, target.prods_lo, at, values.prods)
         if values.nnz and self._merge_into(target, slots, values):
             return target
         if values.nnz:  # keys too wide for one packed integer: merge by a full re-sort
@@ -1345,6 +1640,9 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         target.count[slots] = 0.0
         target.sums[slots] = 0.0
         target.prods[slots] = 0.0
+        if target.sums_lo is not None:
+            target.sums_lo[slots] = 0.0
+            target.prods_lo[slots] = 0.0
         d = target._deferred
         if d is not None:  # zero the rows' entries in place
             for run_key, run_value in ((d.mkey, d.mval), (d.pkey, d.pval)):
@@ -1365,26 +1663,38 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         return target
 
     def batch_resize(self, batch: GCBatch, n: int) -> GCBatch:
-        """Grow with zero rows (or truncate) to length ``n``; a deferred table stays deferred
-        (its arrays copied: the result shares nothing with ``batch``)."""
+        """Grow with zero rows (or truncate) to length ``n``; the result shares nothing with
+        ``batch``, stays an accumulator if ``batch`` is one and, growing, keeps a deferred
+        table deferred."""
         self._check_batch(batch)
-        d = batch._deferred
         size = len(batch)
-        if d is None or n <= size or n * d.span >= 2**63:
-            return super().batch_resize(batch, n)
-        dense = []
-        for a in (batch.count, batch.sums, batch.prods):
-            grown = np.zeros((n,) + a.shape[1:], dtype=a.dtype)
-            grown[:size] = a
+        if n <= size:
+            out = self.batch_take(batch, np.arange(n))
+            if batch.sums_lo is not None:  # hi + lo taken: the compensation starts afresh
+                out.sums_lo, out.prods_lo = np.zeros_like(out.sums), np.zeros_like(out.prods)
+            return out
+        dense: list[np.ndarray | None] = []
+        for a in (batch.count, batch.sums, batch.prods, batch.sums_lo, batch.prods_lo):
+            grown = None
+            if a is not None:
+                grown = np.zeros((n,) + a.shape[1:], dtype=a.dtype)
+                grown[:size] = a
             dense.append(grown)
-        out = self._make(*dense, coalesce=False)
-        copy = _Deferred(d.e, d.k1, d.k2, d.mkey.copy(), d.mval.copy())
-        copy.pkey, copy.pval, copy.zeros = d.pkey.copy(), d.pval.copy(), d.zeros
-        out._deferred = copy
+        d = batch._deferred
+        if d is not None and n * d.span < 2**63:
+            out = self._make(*dense[:3], coalesce=False)
+            copy = _Deferred(d.e, d.k1, d.k2, d.mkey.copy(), d.mval.copy())
+            copy.pkey, copy.pval, copy.zeros = d.pkey.copy(), d.pval.copy(), d.zeros
+            out._deferred = copy
+        else:
+            sparse = (batch.rows, batch.entry, batch.key1, batch.key2, batch.value)
+            out = self._make(*dense[:3], *(a.copy() for a in sparse), coalesce=False)
+        out.sums_lo, out.prods_lo = dense[3], dense[4]
         return out
 
     def batch_is_zero(self, a: GCBatch) -> np.ndarray:
         self._check_batch(a)
+        a = self._fold(a)
         n = len(a)
         zero = (a.count == 0) & ~a.sums.any(axis=1) & ~a.prods.any(axis=1)
         if a.nnz:
@@ -1395,6 +1705,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
     def batch_is_negligible(self, a: GCBatch) -> np.ndarray:
         """``count == 0`` and every other component within ``1e-9`` of zero."""
         self._check_batch(a)
+        a = self._fold(a)
         n = len(a)
         ok = (a.count == 0) & (np.abs(a.sums) <= NEGLIGIBLE).all(axis=1)
         ok &= (np.abs(a.prods) <= NEGLIGIBLE).all(axis=1)
@@ -1413,7 +1724,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             return self.batch_ones(n)
         i = self._index[variable]
         if i < self._p:
-            x = self._continuous_column(variable, values)
+            x = self._shifted(i, self._continuous_column(variable, values))
             b = self.batch_ones(n)
             b.sums[:, i] = x
             b.prods[:, self._pack_pos[i, i]] = x * x
@@ -1454,10 +1765,10 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         cat: list[tuple[int, np.ndarray]] = []
         for (v, c), i in zip(known, index, strict=True):
             if i < p:
-                cont.append((i, self._continuous_column(v, c)))
+                cont.append((i, self._continuous_column(v, c)))  # shifted once all are valid
             else:
                 cat.append((i - p, self._code_column(v, c)))
-        cont.sort(key=lambda item: item[0])
+        cont = sorted(((i, self._shifted(i, x)) for i, x in cont), key=lambda item: item[0])
         cat.sort(key=lambda item: item[0])
         b = self.batch_ones(n)
         for i, x in cont:
@@ -1503,6 +1814,17 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             )
         b.rows, b.entry, b.key1, b.key2, b.value = rows, entry, key1, key2, value
         return b
+
+    def check_lift(self, variable: str, values: np.ndarray) -> None:
+        """Validate a column as :meth:`batch_lift` would, without building payloads or
+        fixing a shift (a rejected batch leaves the shifts open)."""
+        if variable not in self._index:
+            return
+        values = np.asarray(values).reshape(-1)
+        if self._index[variable] < self._p:
+            self._continuous_column(variable, values)
+        else:
+            self._code_column(variable, values)
 
     @staticmethod
     def _continuous_column(variable: str, values: np.ndarray) -> np.ndarray:
@@ -1555,7 +1877,9 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
 
     # ---------------------------------------------------------------- serialization
     def batch_to_bytes(self, batch: GCBatch) -> bytes:
+        """Serialize a batch with the ring's shifts (and an accumulator's compensation)."""
         self._check_batch(batch)
+        compensated = batch.sums_lo is not None
         header = json.dumps(
             {
                 "ring": self.name,
@@ -1564,6 +1888,8 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
                 "categorical": list(self.categorical),
                 "n": len(batch),
                 "nnz": batch.nnz,
+                "shifts": [None if math.isnan(h) else float(h) for h in self._shifts],
+                "compensated": compensated,
             }
         ).encode()
         arrays = [
@@ -1576,12 +1902,16 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             batch.key2.astype("<i8"),
             batch.value.astype("<f8"),
         ]
+        if compensated:
+            arrays += [batch.sums_lo.astype("<f8"), batch.prods_lo.astype("<f8")]
         return b"".join(
             [_MAGIC, struct.pack("<I", len(header)), header]
             + [np.ascontiguousarray(x).tobytes() for x in arrays]
         )
 
     def batch_from_bytes(self, data: bytes) -> GCBatch:
+        """Inverse of :meth:`batch_to_bytes`; open shifts are fixed to the data's, differing
+        fixed ones raise.  Version 1 data (before shifts) hold unshifted moments."""
         data = bytes(data)
         if data[:4] != _MAGIC or len(data) < 8:
             raise RingError("not a serialized generalized covariance batch")
@@ -1592,7 +1922,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             raise RingError(f"corrupt batch header: {exc}") from None
         if (
             header.get("ring") != self.name
-            or header.get("version") != _VERSION
+            or header.get("version") not in (1, _VERSION)
             or tuple(header.get("continuous", ())) != self.continuous
             or tuple(header.get("categorical", ())) != self.categorical
         ):
@@ -1609,6 +1939,8 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             ("<i8", (nnz,)),
             ("<f8", (nnz,)),
         ]
+        if header.get("compensated"):
+            shapes += [("<f8", (n, p)), ("<f8", (n, pk))]
         pos = 8 + hlen
         arrays = []
         for dt, shape in shapes:
@@ -1620,12 +1952,33 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             pos += size
         if pos != len(data):
             raise RingError("trailing bytes after serialized batch")
-        count, sums, prods, rows, entry, key1, key2, value = arrays
+        count, sums, prods, rows, entry, key1, key2, value = arrays[:8]
         if nnz and (
             rows.min() < 0 or rows.max() >= n or entry.min() < 0 or entry.max() >= self.n_entries
         ):
             raise RingError("corrupt serialized batch: row or entry out of range")
-        return self._make(count, sums, prods, rows, entry, key1, key2, value)
+        stored = header.get("shifts", [0.0] * p + [None] * self._q)  # version 1: unshifted
+        if not isinstance(stored, list) or len(stored) != self.degree:
+            raise RingError(f"corrupt batch header: shifts {stored!r}")
+        self._adopt_shifts([np.nan if h is None else float(h) for h in stored])
+        out = self._make(count, sums, prods, rows, entry, key1, key2, value)
+        if header.get("compensated"):
+            out.sums_lo, out.prods_lo = arrays[8], arrays[9]
+        return out
+
+    def _adopt_shifts(self, stored: Sequence[float]) -> None:
+        """Check (or fix, when still open) the shifts serialized data were made with; NaN:
+        the data never lifted that variable."""
+        for i in range(self._p):
+            h, mine = stored[i], self._shifts[i]
+            if math.isnan(h) or h == mine:
+                continue
+            if not math.isnan(mine):
+                raise RingError(
+                    f"data were made with shift {h!r} for {self.variables[i]!r} but this ring "
+                    f"uses {mine!r}"
+                )
+            self._shifts[i] = h
 
     def to_bytes(self, a: GCPayload) -> bytes:
         """Serialize one element (integer category codes only)."""

@@ -115,7 +115,7 @@ def test_zero_test_is_exact():
 
 # ------------------------------------------------------------- semantics
 def test_lifts_and_same_variable_join():
-    ring = G(["x"], ["u", "v"])
+    ring = G(["x"], ["u", "v"], shift=False)  # payloads hold x itself
     lx = ring.lift("x", 3.0)
     assert lx == GCPayload(1.0, {0: 3.0}, {(0, 0): 9.0})
     lu = ring.lift("u", 7)
@@ -157,7 +157,7 @@ def _group(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_example_19_view_tree_by_hand():
-    ring = G(["A", "B", "D", "E"], ["C"])
+    ring = G(["A", "B", "D", "E"], ["C"], shift=False)  # the example's payloads, unshifted
     R = {"A": np.array([1, 1, 2, 3]), "B": np.array([1.0, 2, 3, 4])}
     S = {"A": np.array([1, 1, 1, 2]), "C": np.array([1, 1, 2, 2]), "E": np.array([1.0, 2, 3, 4])}
     T = {"C": np.array([1, 2, 2, 3]), "D": np.array([1.0, 2, 3, 4])}
@@ -325,7 +325,7 @@ def test_w14_count_tables():
 
 # --------------------------------------------------------------------- scale
 def test_scale_many_categories_sparse():
-    ring = G(["x"], ["c"])
+    ring = G(["x"], ["c"], shift=False)  # x' = x: the sums per category stay positive
     n, k = 100_000, 10_000
     rng = np.random.default_rng(0)
     codes = rng.permutation(np.arange(n) % k).astype(np.int64) * 7 + 3  # sparse code space
@@ -709,3 +709,213 @@ def test_deferred_keys_repack_when_codes_grow_and_fall_back_when_too_wide():
     assert ring.entry(got[0], "u", "v") == {(1, 3): 1.0, (500, 2): 1.0}
     assert ring.entry(got[1], "u", "v") == {(2, 1): 1.0}
     assert ring.entry(got[2], "u", "v") == {(2**40, 2**40): 1.0}
+
+
+# ------------------------------------------------------------------------ shifts
+def _one_hot_moments(x: np.ndarray, u: np.ndarray, cats: list[int]):
+    """Raw (count, sums, products) of the columns [x..., one-hot(u)] by numpy."""
+    M = np.column_stack([x, (u[:, None] == np.array(cats)).astype(float)])
+    return len(M), M.sum(axis=0), M.T @ M
+
+
+def test_shift_is_fixed_at_the_first_lift_and_the_readers_undo_it():
+    ring = G(["x", "y"], ["u"])
+    np.testing.assert_array_equal(ring.shifts, [np.nan, np.nan, 0.0])
+    x = np.array([10.0, 12.0, 14.5, 11.25])
+    y = np.array([-3.0, 0.5, 2.0, 7.0])
+    u = np.array([1, 2, 1, 5])
+    ring.check_lift("x", x)  # validation alone fixes nothing
+    assert np.isnan(ring.shifts[0])
+    with pytest.raises(RingError, match="'x'"):
+        ring.check_lift("x", np.array([1.0, np.inf]))
+    payload = ring.batch_sum(ring.batch_lift_many(["x", "y", "u"], [x, y, u]))
+    # the batch mean rounded to a multiple of the largest power of two <= its sd
+    for j, col in enumerate((x, y)):
+        step = 2.0 ** np.floor(np.log2(np.std(col)))
+        assert ring.shifts[j] == np.round(col.mean() / step) * step
+    h = ring.shifts[:2]
+    assert payload.sums[0] == (x - h[0]).sum() and payload.products[(0, 1)] == (
+        (x - h[0]) * (y - h[1])
+    ).sum()
+    # readers in original units (dyadic data: exact)
+    assert ring.entry(payload, "x") == x.sum()
+    assert ring.entry(payload, "y", "x") == (x * y).sum()
+    assert ring.entry(payload, "x", "u") == {1: 24.5, 2: 12.0, 5: 11.25}
+    assert ring.entry(payload, "u") == {1: 2.0, 2: 1.0, 5: 1.0}
+    cats = [1, 2, 5]
+    count, s, Q = ring.to_dense(payload, {"u": cats})
+    want = _one_hot_moments(np.column_stack([x, y]), u, cats)
+    assert count == want[0]
+    np.testing.assert_array_equal(s, want[1])
+    np.testing.assert_array_equal(Q, want[2])
+    _, s_shifted, Q_shifted = ring.to_dense(payload, {"u": cats}, shifted=True)
+    shifted = _one_hot_moments(np.column_stack([x - h[0], y - h[1]]), u, cats)
+    np.testing.assert_array_equal(s_shifted, shifted[1])
+    np.testing.assert_array_equal(Q_shifted, shifted[2])
+    np.testing.assert_array_equal(ring.dense_shifts(5), [h[0], h[1], 0, 0, 0])
+    stats = ring.statistics(payload, {"u": cats}, ddof=1)
+    M = np.column_stack([x, y, (u[:, None] == np.array(cats)).astype(float)])
+    np.testing.assert_allclose(stats.mean, M.mean(axis=0), rtol=1e-15)
+    np.testing.assert_allclose(stats.covariance, np.cov(M.T), rtol=1e-13, atol=1e-15)
+    assert stats.variables == ("x", "y", ("u", 1), ("u", 2), ("u", 5)) and stats.count == 4
+    assert np.isnan(ring.statistics(ring.zero(), {"u": cats}).mean).all()
+    # later lifts keep the shift; integer-valued data stay integers
+    ints = G(["n"], [])
+    ints.batch_lift("n", np.array([3.0, 8.0, 4.0]))
+    assert ints.shifts[0] == 4.0
+    assert ints.lift("n", 7.0) == GCPayload(1.0, {0: 3.0}, {(0, 0): 9.0})
+
+
+def test_set_shifts_and_rings_without_shifts():
+    ring = G(["x", "y"], ["u"])
+    ring.set_shifts({"x": 5.0, "u": 0.0})
+    ring.set_shifts({"x": 5.0})  # the same value: nothing to do
+    with pytest.raises(RingError, match="already fixed"):
+        ring.set_shifts({"x": 6.0})
+    with pytest.raises(RingError, match="'u' cannot be shifted"):
+        ring.set_shifts({"u": 1.0})
+    with pytest.raises(RingError, match="finite"):
+        ring.set_shifts({"y": float("nan")})
+    with pytest.raises(RingError, match="unknown variable"):
+        ring.set_shifts({"z": 1.0})
+    assert ring.batch_to_list(ring.batch_lift("x", np.array([7.0])))[0].sums == {0: 2.0}
+    plain = G(["x"], ["u"], shift=False)
+    np.testing.assert_array_equal(plain.shifts, [0.0, 0.0])
+    assert plain.lift("x", 7.0).sums == {0: 7.0}
+    with pytest.raises(RingError, match="cannot be shifted"):
+        plain.set_shifts({"x": 1.0})
+    assert plain != G(["x"], ["u"]) and plain == G(["x"], ["u"], shift=False)
+    assert "shift=False" in repr(plain) and "shift" not in repr(G(["x"], ["u"]))
+
+
+def test_rejected_batch_leaves_the_shift_open():
+    from ringml import BatchError, Maintainer, UpdateBatch, covariance_query
+
+    query = covariance_query({"R": ["k", "c", "x"], "S": ["k", "y"]}, ["c", "x", "y"], ["c"])
+    m = Maintainer(query)
+    with pytest.raises(BatchError, match="'x'"):
+        m.apply(UpdateBatch.inserts("R", {"k": [1, 2], "c": [0, 1], "x": [1e9, np.nan]}))
+    assert np.isnan(query.ring.shifts[:2]).all()
+    m.apply(UpdateBatch.inserts("R", {"k": [1, 2], "c": [0, 1], "x": [1e9, 1e9 + 2]}))
+    m.apply(UpdateBatch.inserts("S", {"k": [1, 2], "y": [3.0, 5.0]}))
+    np.testing.assert_array_equal(query.ring.shifts, [1e9 + 1, 4.0, 0.0])
+    root = m.result()
+    assert query.ring.entry(root, "x") == 2e9 + 2 and query.ring.entry(root, "x", "y") == (
+        1e9 * 3 + (1e9 + 2) * 5
+    )
+
+
+def test_config_pickle_and_serialization_keep_the_shifts():
+    import json
+    import pickle
+    import struct
+
+    ring = G(["x", "y", "z"], ["u"])
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(1e6, 1.0, 6), rng.normal(-40.0, 2.0, 6)
+    lifted = ring.batch_lift_many(["x", "y", "u"], [x, y, np.arange(6) % 2])
+    acc = ring.batch_scatter_add(ring.batch_accumulator(6), np.arange(6), lifted)
+    assert np.isnan(ring.shifts[2])  # z was never lifted
+    restored = G.from_dict(json.loads(json.dumps(ring.to_dict())))
+    assert restored == ring and np.array_equal(restored.shifts, ring.shifts, equal_nan=True)
+    ring2, acc2 = pickle.loads(pickle.dumps((ring, acc)))
+    assert np.array_equal(ring2.shifts, ring.shifts, equal_nan=True)
+    assert ring2.batch_to_list(acc2) == ring.batch_to_list(acc) and acc2.sums_lo is not None
+    fresh = G(["x", "y", "z"], ["u"])
+    back = fresh.batch_from_bytes(ring.batch_to_bytes(acc))
+    assert np.array_equal(fresh.shifts, ring.shifts, equal_nan=True)  # adopted from the data
+    np.testing.assert_array_equal(back.prods_lo, acc.prods_lo)
+    assert fresh.batch_to_list(back) == ring.batch_to_list(acc)
+    assert fresh.from_bytes(ring.to_bytes(ring.batch_to_list(lifted)[2])) == ring.batch_to_list(
+        lifted
+    )[2]
+    other = G(["x", "y", "z"], ["u"])
+    other.batch_lift("x", np.array([5.0]))
+    with pytest.raises(RingError, match="shift"):
+        other.batch_from_bytes(ring.batch_to_bytes(lifted))
+    # version 1 data (before shifts) hold unshifted moments: read with shifts 0
+    plain = G(["x", "y", "z"], ["u"], shift=False)
+    data = plain.batch_to_bytes(plain.batch_lift_many(["x", "u"], [x, np.arange(6) % 2]))
+    (size,) = struct.unpack("<I", data[4:8])
+    header = json.loads(data[8 : 8 + size])
+    header = {k: v for k, v in header.items() if k not in ("shifts", "compensated")}
+    head = json.dumps({**header, "version": 1}).encode()
+    old = b"RGCB" + struct.pack("<I", len(head)) + head + data[8 + size :]
+    reader = G(["x", "y", "z"], ["u"])
+    got = reader.batch_from_bytes(old)
+    np.testing.assert_array_equal(reader.shifts[:2], [0.0, 0.0])
+    assert reader.batch_to_list(got) == plain.batch_to_list(plain.batch_from_bytes(data))
+    # a ring pickled before shifts existed: its payloads are unshifted
+    state = {k: v for k, v in plain.__dict__.items() if k not in ("shift", "compensated")}
+    state.pop("_shifts")
+    before = G.__new__(G)
+    before.__setstate__(state)
+    assert before == G(["x", "y", "z"], ["u"], shift=False, compensated=False)
+    np.testing.assert_array_equal(before.shifts, np.zeros(4))
+
+
+def test_reshift_combines_payloads_made_with_different_shifts():
+    """Shards fix their own shifts; re-centring one ring's payload on another's lets them
+    be added, and equals what lifting everything in one ring gives."""
+    names, cats = ["x", "y"], ["u"]
+    rng = np.random.default_rng(9)
+    x = np.round(rng.normal(3e5, 3.0, 400), 3)
+    y = np.round(rng.normal(-40.0, 1.0, 400), 3)
+    u = rng.integers(0, 3, 400)
+    order = np.argsort(x)  # the halves differ in mean, so do the shifts the rings pick
+    x, y, u = x[order], y[order], u[order]
+    first, second = G(names, cats), G(names, cats)
+    a = first.batch_sum(first.batch_lift_many(["x", "y", "u"], [x[:150], y[:150], u[:150]]))
+    b = second.batch_sum(second.batch_lift_many(["y", "x", "u"], [y[150:], x[150:], u[150:]]))
+    assert not np.array_equal(first.shifts, second.shifts)
+    with pytest.raises(RingError, match="shifts"):
+        first.check_same_ring(second)
+    moved = first.reshift(b, second.shifts)
+    total = first.add(a, moved)
+    count, s, Q = first.to_dense(total, {"u": [0, 1, 2]})
+    want = _one_hot_moments(np.column_stack([x, y]), u, [0, 1, 2])
+    assert count == 400
+    np.testing.assert_allclose(s, want[1], rtol=1e-13)
+    np.testing.assert_allclose(Q, want[2], rtol=1e-13)
+    direct = first.batch_sum(first.batch_lift_many(["x", "y", "u"], [x, y, u]))
+    assert first.equal(total, direct, rtol=1e-9, atol=1e-6)
+    back = second.reshift(direct, dict(zip(names, first.shifts, strict=False)))
+    np.testing.assert_allclose(second.to_dense(back, {"u": [0, 1, 2]})[2], want[2], rtol=1e-13)
+    # an open shift adopts the payload's (nothing moves); a never-lifted variable stays zero
+    third = G(names, cats)
+    only_x = third.batch_sum(third.batch_lift("x", x[150:160]))
+    assert third.shifts[0] != first.shifts[0] and np.isnan(third.shifts[1])
+    fresh = G(names, cats)
+    assert fresh.reshift(only_x, third.shifts) == only_x
+    assert fresh.shifts[0] == third.shifts[0] and np.isnan(fresh.shifts[1])
+    moved_x = first.reshift(only_x, third.shifts)
+    assert first.entry(moved_x, "x") == pytest.approx(x[150:160].sum(), rel=1e-15)
+    assert 1 not in moved_x.sums and (1, 1) not in moved_x.products  # y was never lifted
+    fresh.check_same_ring(fresh)
+    twin = G.from_dict(first.to_dict())
+    twin.check_same_ring(first)
+    with pytest.raises(RingError, match="3 shifts"):
+        first.reshift(moved, [0.0])
+
+
+def test_accumulators_keep_their_compensation_through_resize_take_and_clear():
+    ring = G(["x"], ["u"], shift=False)
+    acc = ring.batch_accumulator(2)
+    assert acc.sums_lo is not None and acc.prods_lo is not None
+    big = ring.batch_lift_many(["x", "u"], [np.array([2.0**53, 1.0]), np.array([1, 2])])
+    acc = ring.batch_scatter_add(acc, np.array([0, 1]), big)
+    ones = ring.batch_lift_many(["x", "u"], [np.array([1.0]), np.array([1])])
+    for _ in range(3):
+        acc = ring.batch_scatter_add(acc, np.array([0]), ones)
+    want = 2.0**53 + 3
+    assert ring.batch_take(acc, [0]).sums[0, 0] == want
+    grown = ring.batch_resize(acc, 5)
+    assert grown.sums_lo is not None and grown.sums_lo is not acc.sums_lo
+    assert ring.batch_take(grown, [0]).sums[0, 0] == want
+    assert list(ring.batch_is_zero(grown)) == [False, False, True, True, True]
+    cut = ring.batch_resize(grown, 1)
+    assert cut.sums[0, 0] == want and cut.sums_lo[0, 0] == 0.0
+    assert ring.batch_to_list(cut)[0].sums[0] == want
+    ring.batch_clear(grown, np.array([0]))
+    assert grown.sums_lo[0, 0] == 0.0 and ring.batch_is_zero(grown)[0]
+    assert G(["x"], ["u"], compensated=False).batch_accumulator(2).sums_lo is None
