@@ -641,7 +641,8 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         sums: Mapping[Any, Any] | None = None,
         products: Mapping[tuple[Any, Any], Any] | None = None,
     ) -> GCPayload:
-        """Build a validated, normalized payload; variables by name or global index.
+        """Build a validated, normalized payload; variables by name or global index.  Entries
+        are stored as given: continuous ones are moments of ``x − h`` (:attr:`shifts`).
 
         ``products`` keys may name a pair in either order; for two categorical variables
         given in reverse global order the pair keys ``(x, y)`` are swapped accordingly.
