@@ -121,7 +121,9 @@ class SufficientStatsRegressor(_Atomic, RegressorMixin, BaseEstimator):
     The model stores one covariance-ring payload ``(count, Σz, Σzzᵀ)`` over
     ``z = [x, y]`` (``payload_``, ring ``ring_``) and refits from it after every call:
     ``partial_fit`` adds rows, ``delete`` (or a negative ``sample_weight``) retracts rows
-    exactly, and the result never depends on the order or grouping of the calls.
+    exactly, and the result never depends on the order or grouping of the calls.  Rows are
+    counted by a 64-bit fingerprint each (one per distinct row), so retracting a row that
+    was never added is refused instead of leaving moments no data set has.
 
     Parameters
     ----------
@@ -180,7 +182,8 @@ class SufficientStatsRegressor(_Atomic, RegressorMixin, BaseEstimator):
     def delete(self, X, y, sample_weight=None):
         """Retract rows added before (exactly); returns ``self``.
 
-        Raises ``ValueError`` (state unchanged) if more rows would be removed than exist.
+        Raises :class:`~ringml.errors.BatchError` (a ``ValueError``; state unchanged) for a
+        row never added, or retracted more often than it was added.
         """
         check_is_fitted(self)
         return self._atomic(self._update, X, y, sample_weight, -1, False)

@@ -276,8 +276,9 @@ def run_main_job(config: JobConfig = JobConfig(), out: Callable[[str], Any] = pr
     holdout = holdout.join()[[*CONTINUOUS, *CATEGORICAL, LABEL]]
     holdout = holdout.sample(min(5000, len(holdout)), random_state=config.seed)
 
-    model = JoinRegressor(
-        schemas, LABEL, CONTINUOUS + CATEGORICAL, CATEGORICAL, ridge=config.ridge
+    model = JoinRegressor(  # the holdout may hold categories the stream has not brought yet
+        schemas, LABEL, CONTINUOUS + CATEGORICAL, CATEGORICAL, ridge=config.ridge,
+        handle_unknown="ignore",
     ).fit()
     # under `mlflow run`, MLFLOW_TRACKING_URI and MLFLOW_RUN_ID say where to log
     tracking_uri = config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")

@@ -44,7 +44,9 @@ Typical use::
     from ringml.models import JoinRegressor
     from ringml.pipelines.mlflow_tracking import RefreshLogger
 
-    model = JoinRegressor(schemas, "price", features, categorical=["nbbedrooms"])
+    model = JoinRegressor(
+        schemas, "price", features, categorical=["nbbedrooms"], handle_unknown="ignore"
+    )
     with RefreshLogger("housing-price", store_dir="ringml-mlflow", holdout=holdout) as log:
         for batch in stream:
             record = log.partial_fit(model, batch)   # apply + refit + log (+ promote)

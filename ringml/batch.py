@@ -2,9 +2,10 @@
 
 An :class:`UpdateBatch` is a set of signed tuples for one relation.  Before any view changes,
 :class:`BatchPreparer` checks the whole batch — relation, columns, key values, feature values
-(numbers, finite), deletes of absent tuples — and turns it into int64 codes (join and group-by
-variables) and float arrays (lifted features).  A rejected batch raises :class:`BatchError`
-naming the relation, column and value; only dictionaries may have grown.
+(finite real numbers, never coerced from strings, booleans or dates), deletes of absent
+tuples — and turns it into int64 codes (join and group-by variables) and float arrays (lifted
+features).  A rejected batch raises :class:`BatchError` naming the relation, column and value;
+only dictionaries may have grown.
 """
 
 from __future__ import annotations

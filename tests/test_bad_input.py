@@ -14,6 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 from ringml.models import JoinRegressor, SufficientStatsRegressor
+from ringml.rings.base import RingError
 from ringml.rings.covariance import CovarianceRing
 from ringml.rings.scalar import IntegerRing
 from sklearn.compose import ColumnTransformer
@@ -213,6 +214,38 @@ def test_counts_beyond_int64_are_rejected(strategy, ring):
     error = rejected(m, lambda: m.apply(batch), BatchError, "R", "multiplicity", str(2**62))
     assert "overflow" in str(error)
     still_works(m, ring)
+
+
+def test_covariance_ring_guards_every_count_product_and_sum():
+    """The batched operations the engine uses refuse counts that leave int64 and deltas that
+    overflowed float64, and ``batch_scatter_add`` refuses them before changing its target."""
+    ring = CovarianceRing(["a", "b"], shift=False)
+    big = ring.batch_scale(ring.batch_ones(2), np.array([2**32, 3]))
+    near = ring.batch_scale(ring.batch_ones(2), np.array([2**62, 2**62]))
+    lifted = ring.batch_lift("a", np.array([1.0, 2.0]))
+    weights = np.array([2**62, 2**62])
+    for call in (
+        lambda: ring.batch_mul(big, big),  # 2**64
+        lambda: ring.batch_scale(big, np.array([2**31, 1])),  # 2**63
+        lambda: ring.batch_mul_sum([big, ring.batch_lift("b", np.ones(2)), big]),  # fused
+        lambda: ring.batch_sum_by(near, np.zeros(2, dtype=np.int64), 1),  # 2**63
+        lambda: ring.batch_add(near, near),
+        lambda: ring.batch_lift_block_sum_by(["a"], [np.ones(2)], None, 1, weights),
+    ):
+        with pytest.raises(RingError, match="int64 overflow"):
+            call()
+    assert ring.batch_mul(big, lifted).count.tolist() == [2**32, 3]  # within range: exact
+    target = ring.batch_accumulator(2, (0,))
+    target = ring.batch_scatter_add(target, np.arange(2), lifted)
+    target = ring.batch_scatter_add(target, np.arange(2), near)  # counts 2**62 + 1 fit
+    kept = (target.count.copy(), target.sums.copy(), target.products.copy())
+    huge = ring.batch_lift("a", np.array([1e200, 3.0]))  # its square is inf
+    for values, message in ((huge, "float64 overflow"), (near, "int64 overflow")):
+        with pytest.raises(RingError, match=message):
+            ring.batch_scatter_add(target, np.arange(2), values)
+        np.testing.assert_array_equal(target.count, kept[0])
+        np.testing.assert_array_equal(target.sums, kept[1])
+        np.testing.assert_array_equal(target.products, kept[2])
 
 
 # ------------------------------------------------------------------ 3. uint64 keys
