@@ -77,7 +77,7 @@ from typing import Any
 
 import numpy as np
 from ringml.rings.base import Ring, RingError
-from ringml.rings.covariance import CovarianceStatistics
+from ringml.rings.covariance import CovarianceStatistics, choose_shift
 
 __all__ = ["GCPayload", "GCBatch", "GeneralizedCovarianceRing"]
 
@@ -564,21 +564,13 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         return np.where(np.isnan(h), 0.0, h)
 
     def _shifted(self, i: int, x: np.ndarray) -> np.ndarray:
-        """``x − h_i`` for continuous variable ``i``, fixing ``h_i`` from ``x`` if open: the
-        mean rounded to a multiple of the largest power of two not above the values'
-        standard deviation (so ``|h − mean| <= sd / 2`` and integers stay integers)."""
+        """``x − h_i`` for continuous variable ``i``, fixing ``h_i`` from ``x`` if open
+        (:func:`~ringml.rings.covariance.choose_shift`)."""
         h = self._shifts[i]
         if math.isnan(h):
             if not len(x):
                 return x
-            with np.errstate(over="ignore", invalid="ignore"):
-                h = float(np.mean(x))
-                sd = float(np.std(x)) if len(x) > 1 else 0.0
-            if not math.isfinite(h):
-                h = 0.0
-            elif sd > 0.0 and math.isfinite(sd):
-                step = math.ldexp(1.0, math.frexp(sd)[1] - 1)  # largest 2^k <= sd
-                h = float(np.round(h / step) * step)
+            h = choose_shift(x)
             self._shifts[i] = h
         return x - h if h else x
 

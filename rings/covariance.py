@@ -14,7 +14,7 @@ block.  The batched face stores ``Q`` as its packed upper triangle (row-major, d
 included).
 
 Numerics (ecosystem notes §6): every variable ``j`` gets a fixed *shift* ``h_j`` (the mean
-of its first lifted batch, rounded to a float32-representable value) and payloads hold the
+of its first lifted batch, rounded as :func:`choose_shift` says) and payloads hold the
 moments of ``x' = x − h``.  The shift is an affine change of variables: covariances and
 regression slopes are unchanged, and :meth:`CovarianceRing.moments` /
 :meth:`CovarianceRing.statistics` give results in original units.  Counts are exact
@@ -51,6 +51,22 @@ __all__ = [
 ]
 
 Block = tuple[int, ...]
+
+
+def choose_shift(x: np.ndarray) -> float:
+    """The shift a variable's first lifted batch fixes: the batch mean rounded to a multiple
+    of the largest power of two not above its standard deviation, so ``|h − mean| <= sd/2``
+    (the shifted values stay small) and integer data stay integers.  A float32 rounding of
+    the mean would be off by up to 2**15 at 1e12 and ruin the variance of such a feature."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        h = float(np.mean(x))
+        sd = float(np.std(x)) if len(x) > 1 else 0.0
+    if not math.isfinite(h):  # the sum overflowed: any value of the batch is near enough
+        return float(np.partition(x, len(x) // 2)[len(x) // 2])
+    if sd > 0.0 and math.isfinite(sd):
+        step = math.ldexp(1.0, math.frexp(sd)[1] - 1)  # the largest 2**k <= sd
+        h = float(np.round(h / step) * step)
+    return h
 
 # ---------------------------------------------------------------------------- index maps
 
@@ -1201,11 +1217,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         if math.isnan(h):
             if not len(x):
                 return x.copy()
-            with np.errstate(over="ignore"):
-                mean = float(np.mean(x))
-                h = float(np.float32(mean))
-            if not math.isfinite(h):
-                h = mean if math.isfinite(mean) else 0.0
+            h = choose_shift(x)
             self._shifts[j] = h
         return x - h
 
