@@ -217,6 +217,13 @@ def _check_count_sums(counts: np.ndarray, groups: np.ndarray | None, n_groups: i
         checked_sum_by(counts, groups, n_groups)
 
 
+#: While every lifted |x| and every shift |h| stay below this, no float64 can overflow: an
+#: entry sums at most ~2**103 terms (rows times int64 weights) of size <= (2e130)**2, below
+#: 1e292 (intermediate products of payloads likewise), so store additions check their
+#: deltas only beyond it.
+_SAFE_VALUE = 1e130
+
+
 def _check_finite(b: CovarianceBatch) -> None:
     """:class:`RingError` when sums or products overflowed float64 (to ±inf or NaN)."""
     for name, part in (("sums", b.sums), ("products", b.products)):
@@ -464,14 +471,28 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         self.zero_atol = float(zero_atol)
         self._index = {v: j for j, v in enumerate(names)}
         self._shifts = np.full(len(names), np.nan if self.shift else 0.0)
+        # set for good once a lifted value or shift beyond _SAFE_VALUE (or a payload from
+        # bytes or elements) was seen: store additions then check for float64 overflow
+        self._guard_floats = False
+        # the sum of max |count| of every delta added to a store: bounds every stored count,
+        # so additions check the stored counts only once it reaches _COUNT_SAFE
+        self._count_bound = 0.0
         # random ids: payloads keep their ring's id through pickling, and ids of rings made
         # in different processes should not collide
         self._id = int.from_bytes(os.urandom(8), "little") >> 2
         _RINGS[self._id] = self
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("_guard_floats", True)  # pickled before the guards: check always
+        state.setdefault("_count_bound", math.inf)
         self.__dict__.update(state)
         _RINGS.setdefault(self._id, self)
+
+    def _watch(self, top: float) -> None:
+        """Turn the overflow check of store additions on for good once ``top`` (a bound
+        of the lifted ``|x − h|``; NaN counts as large) passes ``_SAFE_VALUE``."""
+        if not top <= _SAFE_VALUE:
+            self._guard_floats = True
 
     # ------------------------------------------------------------ configuration
     @property
@@ -506,6 +527,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             if not math.isnan(current):
                 raise RingError(f"shift of {name!r} is already fixed at {current!r}")
             self._shifts[j] = value
+            self._watch(abs(value))
 
     def reopen_shifts(self, earlier: np.ndarray) -> None:
         """Open again the shifts that were open in ``earlier`` (a :attr:`shifts` copy): a
@@ -804,6 +826,8 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         for e in elements:
             union = _union(union, e.block)
         self._check_block(union)
+        # payloads not made by this ring's lifts and additions: no bound is known
+        self._guard_floats, self._count_bound = True, math.inf
         out = self._zeros(len(elements), union)
         for r, e in enumerate(elements):
             pos, pmap = _embed(e.block, union)
@@ -1088,7 +1112,8 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             raise RingError(
                 f"scatter_add needs one slot per value: {slots.shape} vs {len(values.count)}"
             )
-        _check_finite(values)  # before any change: a rejected delta leaves the target as it was
+        if self._guard_floats:  # before any change: a rejected delta leaves the target as it was
+            _check_finite(values)
         union = _union(target.block, values.block)
         if union != target.block:
             lo = target.sums_lo is not None
@@ -1097,7 +1122,11 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         m = slots.size
         if m and slots[-1] - slots[0] == m - 1 and (m < 3 or (np.diff(slots) == 1).all()):
             slots = slice(int(slots[0]), int(slots[0]) + m)  # consecutive: work on views
-        target.count[slots] = _add_counts(target.count[slots], values.count)
+        self._count_bound += _magnitude(values.count)
+        if self._count_bound < _COUNT_SAFE:
+            target.count[slots] += values.count
+        else:
+            target.count[slots] = _add_counts(target.count[slots], values.count)
         if target.sums_lo is None:
             target.sums[slots] += sums
             target.products[slots] += products
@@ -1219,6 +1248,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
                 return x.copy()
             h = choose_shift(x)
             self._shifts[j] = h
+            self._watch(abs(h))
         return x - h
 
     def batch_lift(self, variable: str, values: np.ndarray) -> CovarianceBatch:
@@ -1226,6 +1256,8 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         j = self.index_of(variable)
         x = self._shifted(j, self._column(variable, values))
         n = len(x)
+        if n:
+            self._watch(float(np.abs(x).max()))
         return self._batch((j,), np.ones(n, np.int64), x[:, None], (x * x)[:, None])
 
     def batch_lift_block(self, variables: Sequence[str], columns: np.ndarray) -> CovarianceBatch:
@@ -1252,6 +1284,8 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
                 if math.isnan(self._shifts[j]):
                     self._shifted(j, x[:, p])
         x = x - self._shifts[list(block)]
+        if x.size:
+            self._watch(float(np.abs(x).max()))
         i, jj = _triu(k)
         xt = np.ascontiguousarray(x.T)  # gathering rows is far cheaper than columns
         products = np.ascontiguousarray((xt[i] * xt[jj]).T)
@@ -1294,7 +1328,8 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         for p, column in enumerate(columns):
             column = np.asarray(column)
             x[p] = column if column.dtype.kind in "biuf" else np.nan
-        if not np.isfinite(x).all():
+        top = float(np.abs(x).max())  # NaN for NaN or a non-number
+        if not top <= _SAFE_VALUE:  # NaN, ±inf, a non-number (named below) or a large value
             for p, v in enumerate(variables):  # validate every column, naming the bad value
                 x[p] = self._column(v, columns[p])
         shifts = self._shifts[list(block)]
@@ -1303,6 +1338,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
                 if math.isnan(self._shifts[j]):
                     self._shifted(j, x[p])
             shifts = self._shifts[list(block)]
+        self._watch(top)  # and every shift was watched when it was fixed
         x -= shifts[:, None]
         if weights is not None:
             weights = np.asarray(weights)
@@ -1363,6 +1399,8 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         if reader.header.get("compensated"):
             arrays += [reader.array("<f8", (n, k)), reader.array("<f8", (n, _plen(k)))]
         reader.done()
+        # payloads not made by this ring's lifts and additions: no bound is known
+        self._guard_floats, self._count_bound = True, math.inf
         return self._batch(block, *arrays)
 
     # ---------------------------------------------------------------- statistics
