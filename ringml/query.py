@@ -82,6 +82,11 @@ class Query:
                     f"atom {atom.name!r} binds {len(atom.variables)} variables but relation "
                     f"{atom.relation!r} has {arity} columns"
                 )
+        if isinstance(self.free, str | bytes):
+            raise SchemaError(
+                f"free must be a list of variables, not the string {self.free!r} (write "
+                f"[{self.free!r}] for one variable)"
+            )
         self.free = tuple(self.free)
         unknown = set(self.free) - set(self.variables)
         if unknown:

@@ -284,6 +284,8 @@ def test_uint64_key_beyond_int64_joins_only_equal_numbers(strategy):
 def test_schema_mistakes_are_rejected_when_the_query_is_made():
     with pytest.raises(SchemaError, match=r"relation 'R'.*string 'AB'"):
         rm.Query({"R": "AB"})
+    with pytest.raises(SchemaError, match="not the string 'AB'"):
+        rm.Query({"R": ["A", "B"]}, free="AB")
     with pytest.raises(SchemaError, match="relation 'R' has no columns"):
         rm.Query({"R": [], "S": ["A"]})
     with pytest.raises(SchemaError, match=r"lifts variables \['Z'\]"):
