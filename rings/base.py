@@ -26,7 +26,7 @@ Conventions shared by every ring:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import reduce
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -38,6 +38,36 @@ B = TypeVar("B")  # batch of elements
 
 class RingError(ValueError):
     """Raised on invalid ring input: bad lift values, mismatched payloads or rings."""
+
+
+def check_code_maps(ring: Ring, maps: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """``maps`` of :meth:`Ring.recode` as 1-d int64 arrays; :class:`RingError` for a
+    variable the ring does not key or a map that is not 1-d integers."""
+    out = {}
+    for variable, mapping in maps.items():
+        if variable not in ring.keyed_variables:
+            raise RingError(
+                f"recode: {variable!r} is not a keyed variable of {ring!r} "
+                f"(keyed: {sorted(ring.keyed_variables)})"
+            )
+        array = np.asarray(mapping)
+        if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+            raise RingError(f"recode: the map of {variable!r} must be a 1-d integer array")
+        out[variable] = array.astype(np.int64, copy=False)
+    return out
+
+
+def recode_column(variable: str, codes: np.ndarray, mapping: np.ndarray) -> np.ndarray:
+    """``mapping[codes]`` (vectorized); :class:`RingError` naming the variable and the first
+    code that ``mapping`` does not cover (out of range or mapped to -1)."""
+    codes = np.asarray(codes, dtype=np.int64)
+    inside = (codes >= 0) & (codes < len(mapping))
+    new = np.full(len(codes), -1, dtype=np.int64)
+    new[inside] = mapping[codes[inside]]
+    bad = np.flatnonzero(new < 0)
+    if bad.size:
+        raise RingError(f"recode: code {int(codes[bad[0]])} of {variable!r} has no new code")
+    return new
 
 
 class Ring(ABC, Generic[E, B]):
@@ -86,6 +116,22 @@ class Ring(ABC, Generic[E, B]):
         """Lifted variables whose lifting function takes dictionary *codes*, not numbers
         (categories, listed variables): the engine encodes their values and lifts the codes."""
         return frozenset()
+
+    def used_codes(self, payload: E | B) -> dict[str, np.ndarray]:
+        """The dictionary codes a payload (or batch) holds, per keyed variable: sorted,
+        unique, without sentinels (rings without keyed variables: ``{}``)."""
+        if self.keyed_variables:
+            raise NotImplementedError(f"{type(self).__name__} does not implement used_codes")
+        return {}
+
+    def recode(self, payload: E | B, maps: Mapping[str, np.ndarray]) -> E | B:
+        """The payload (or batch) with every code ``c`` of a keyed variable ``v`` in ``maps``
+        replaced by ``maps[v][c]`` (int arrays; -1 marks no new code).  Codes into another
+        code space, e.g. a shard's dictionary into the driver's; identity without maps."""
+        check_code_maps(self, maps)
+        if not maps:
+            return payload
+        raise NotImplementedError(f"{type(self).__name__} does not implement recode")
 
     def lift(self, variable: str, value: Any) -> E:
         """The lifting function ``g_variable(value)``."""
@@ -205,6 +251,39 @@ class Ring(ABC, Generic[E, B]):
             groups = np.zeros(self.batch_len(product), dtype=np.int64)
             n_groups = 1
         return self.batch_sum_by(product, groups, n_groups)
+
+    def batch_lift_factors(self, variables: Sequence[str], columns: Sequence[np.ndarray]) -> list:
+        """The lifts of several variables of the same rows, as factors whose product is their
+        lift (numbers for continuous variables, codes for :attr:`keyed_variables`).  By
+        default one factor per variable; rings that build the product at once (without
+        multiplying full batches) return it as one factor."""
+        return [self.batch_lift(v, c) for v, c in zip(variables, columns, strict=True)]
+
+    def batch_lift_sum_by(
+        self,
+        variables: Sequence[str],
+        columns: Sequence[np.ndarray],
+        groups: np.ndarray | None,
+        n_groups: int = 1,
+        weights: np.ndarray | None = None,
+    ) -> B:
+        """``⊕`` by group of ``weights[i] ⊗ lift(row i)``: a leaf's lift and marginalization
+        in one call (``groups=None``: everything into one element; ``weights=None``: all 1).
+        Rings override it to skip the lifted rows (the covariance ring does)."""
+        factors = self.batch_lift_factors(variables, columns)
+        if weights is not None:
+            factors[0] = self.batch_scale(factors[0], weights)
+        if groups is None:
+            return self.batch_mul_sum(factors)
+        return self.batch_mul_sum(factors, groups, n_groups)
+
+    def lift_state(self) -> Any:
+        """State that lifting may fix for good (e.g. covariance shifts), for
+        :meth:`restore_lift_state` to reopen when an apply is rejected; None when none."""
+        return None
+
+    def restore_lift_state(self, state: Any) -> None:
+        """Undo what lifting fixed since :meth:`lift_state` returned ``state``."""
 
     def batch_accumulator(self, n: int) -> B:
         """A zero batch meant to be accumulated into (floating rings add compensation)."""

@@ -76,7 +76,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from ringml.rings.base import Ring, RingError
+from ringml.rings.base import Ring, RingError, check_code_maps, recode_column
 from ringml.rings.covariance import CovarianceStatistics, choose_shift
 
 __all__ = ["GCPayload", "GCBatch", "GeneralizedCovarianceRing"]
@@ -515,6 +515,13 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             if not math.isnan(current):
                 raise RingError(f"shift of {name!r} is already fixed at {current!r}")
             self._shifts[j] = value
+
+    def lift_state(self) -> np.ndarray:
+        """The shifts (fixed by first lifts)."""
+        return self.shifts
+
+    def restore_lift_state(self, state: np.ndarray) -> None:
+        self.reopen_shifts(state)
 
     def reopen_shifts(self, earlier: np.ndarray) -> None:
         """Open again the shifts that were open in ``earlier`` (a :attr:`shifts` copy): a
@@ -1733,6 +1740,12 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         b.value = np.ones(2 * n)
         return b
 
+    def batch_lift_factors(self, variables: Sequence[str], columns: Sequence[np.ndarray]) -> list:
+        """The product of several lifts built at once (:meth:`batch_lift_many`)."""
+        if len(variables) > 1:
+            return [self.batch_lift_many(variables, columns)]
+        return [self.batch_lift(v, c) for v, c in zip(variables, columns, strict=True)]
+
     def batch_lift_many(self, variables: Sequence[str], columns: Sequence[np.ndarray]) -> GCBatch:
         """The product of the lifts of several distinct variables of the same rows, built
         directly: continuous ``x_i`` fill ``s_i`` and ``Q_ii'``, categorical codes ``x_j`` give
@@ -1982,3 +1995,57 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         if len(batch) != 1:
             raise RingError(f"expected one serialized element, got {len(batch)}")
         return self.batch_to_list(batch)[0]
+
+    # ---------------------------------------------------------------- codes
+    def _key_variables(self, entry: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Global index of the categorical variable behind ``key1`` and ``key2`` of each
+        sparse entry (-1 where ``key2`` is unused)."""
+        pair = self._kind == 3
+        return np.where(pair, self._gi, self._gj)[entry], np.where(pair, self._gj, -1)[entry]
+
+    def _coded_batch(self, payload: GCPayload | GCBatch) -> tuple[GCBatch, bool]:
+        """A plain batch of ``payload`` and whether it was a scalar element."""
+        if isinstance(payload, GCPayload):
+            return self.batch_from([payload]), True
+        self._check_batch(payload)
+        return self._fold(payload), False
+
+    def used_codes(self, payload: GCPayload | GCBatch) -> dict[str, np.ndarray]:
+        """The category codes of every categorical variable that the payload's entries hold
+        (sorted, unique)."""
+        batch, _ = self._coded_batch(payload)
+        var1, var2 = self._key_variables(batch.entry)
+        return {
+            self.variables[i]: np.union1d(batch.key1[var1 == i], batch.key2[var2 == i])
+            for i in range(self._p, self.degree)
+        }
+
+    def recode(
+        self, payload: GCPayload | GCBatch, maps: Mapping[str, np.ndarray]
+    ) -> GCPayload | GCBatch:
+        """Category codes of the variables in ``maps`` replaced by ``maps[v][code]`` in every
+        entry keyed by them (``s_j``, ``Q_jj``, ``Q_ij``, both keys of ``Q_jk``), vectorized;
+        a code the map does not cover raises :class:`RingError`.  A new batch (re-sorted)."""
+        maps = check_code_maps(self, maps)
+        if not maps:
+            return payload
+        batch, scalar = self._coded_batch(payload)
+        key1, key2 = batch.key1.copy(), batch.key2.copy()
+        var1, var2 = self._key_variables(batch.entry)
+        for name, mapping in maps.items():
+            i = self._index[name]
+            for key, var in ((key1, var1), (key2, var2)):
+                at = np.flatnonzero(var == i)
+                if at.size:
+                    key[at] = recode_column(name, key[at], mapping)
+        out = self._make(
+            batch.count.copy(),
+            batch.sums.copy(),
+            batch.prods.copy(),
+            batch.rows,
+            batch.entry,
+            key1,
+            key2,
+            batch.value,
+        )
+        return self.batch_to_list(out)[0] if scalar else out

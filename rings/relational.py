@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from ringml.rings.base import Ring, RingError
+from ringml.rings.base import Ring, RingError, check_code_maps, recode_column
 from ringml.rings.scalar import (
     INT64_MIN,
     as_int64_column,
@@ -694,6 +694,41 @@ class RelationalRing(_RowTableFace, Ring):
             raise RingError("invalid batch bytes: code table of the wrong shape")
         return RelationBatch(int(n), variables, _i64(row), codes, _i64(mult))
 
+    # ---------------------------------------------------------------- codes
+    def _coded_batch(self, payload: Relation | RelationBatch) -> tuple[RelationBatch, bool]:
+        if isinstance(payload, Mapping):
+            return self.batch_from([payload]), True
+        return self._b(payload), False
+
+    def used_codes(self, payload: Relation | RelationBatch) -> dict[str, np.ndarray]:
+        """The codes of every listed variable that the payload's tuples hold (sorted, unique)."""
+        b, _ = self._coded_batch(payload)
+        out = {v: np.zeros(0, np.int64) for v in sorted(self._listed)}
+        for j, v in enumerate(b.variables):
+            if v in self._listed:
+                column = b.codes[:, j]
+                out[v] = np.unique(column[column != ABSENT])
+        return out
+
+    def recode(
+        self, payload: Relation | RelationBatch, maps: Mapping[str, np.ndarray]
+    ) -> Relation | RelationBatch:
+        """Codes of the listed variables in ``maps`` replaced by ``maps[v][code]``
+        (vectorized, :data:`ABSENT` kept); a code the map does not cover raises
+        :class:`RingError`.  A new, coalesced batch (or element)."""
+        maps = check_code_maps(self, maps)
+        if not maps:
+            return payload
+        b, scalar = self._coded_batch(payload)
+        codes = b.codes.copy()
+        for j, v in enumerate(b.variables):
+            if v in maps:
+                present = np.flatnonzero(codes[:, j] != ABSENT)
+                codes[present, j] = recode_column(v, codes[present, j], maps[v])
+        row, codes, mult = _coalesce(b.row, codes, b.mult)
+        out = self._make(b.n, b.variables, row, codes, mult)
+        return self.batch_to_list(out)[0] if scalar else out
+
 
 # =================================================================== the factorized ring
 class FactorizedRing(_RowTableFace, Ring):
@@ -1033,3 +1068,33 @@ class FactorizedRing(_RowTableFace, Ring):
     def batch_from_bytes(self, data: bytes) -> FactorizedBatch:
         n, row, var, code, mult = _load(data, ["n", "row", "var", "code", "mult"])
         return FactorizedBatch(int(n), _i64(row), _i64(var), _i64(code), _i64(mult))
+
+    # ---------------------------------------------------------------- codes
+    def _coded_batch(self, payload: Relation | FactorizedBatch) -> tuple[FactorizedBatch, bool]:
+        if isinstance(payload, Mapping):
+            return self.batch_from([payload]), True
+        return self._b(payload), False
+
+    def used_codes(self, payload: Relation | FactorizedBatch) -> dict[str, np.ndarray]:
+        """The codes of every variable of ``order`` that the payload's keys hold (sorted,
+        unique, without :data:`CONFLICT_CODE`)."""
+        b, _ = self._coded_batch(payload)
+        real = b.code != CONFLICT_CODE
+        return {v: np.unique(b.code[real & (b.var == i)]) for i, v in enumerate(self.order)}
+
+    def recode(
+        self, payload: Relation | FactorizedBatch, maps: Mapping[str, np.ndarray]
+    ) -> Relation | FactorizedBatch:
+        """Codes of the variables in ``maps`` replaced by ``maps[v][code]`` (vectorized,
+        :data:`CONFLICT` kept); a code the map does not cover raises :class:`RingError`.
+        A new, coalesced batch (or element)."""
+        maps = check_code_maps(self, maps)
+        if not maps:
+            return payload
+        b, scalar = self._coded_batch(payload)
+        code = b.code.copy()
+        for v, mapping in maps.items():
+            at = np.flatnonzero((b.var == self._index[v]) & (code != CONFLICT_CODE))
+            code[at] = recode_column(v, code[at], mapping)
+        out = self._make(b.n, b.row, b.var, code, b.mult)
+        return self.batch_to_list(out)[0] if scalar else out

@@ -919,3 +919,109 @@ def test_accumulators_keep_their_compensation_through_resize_take_and_clear():
     ring.batch_clear(grown, np.array([0]))
     assert grown.sums_lo[0, 0] == 0.0 and ring.batch_is_zero(grown)[0]
     assert G(["x"], ["u"], compensated=False).batch_accumulator(2).sums_lo is None
+
+
+# ------------------------------------------------------------------- recode (codes moved
+# into another code space, e.g. a shard's dictionary into the distributed driver's)
+CODED_RINGS = [G(["x", "y"], ["u", "v", "w"]), G([], ["u", "v"]), G(["x"], ["u"])]
+
+
+@st.composite
+def coded_payloads(draw, ring: G):
+    """Sums of integer multiples of products of lifts; category codes 0..4."""
+    lifts = st.tuples(st.sampled_from(ring.variables), st.integers(0, 4))
+    terms = draw(st.lists(st.tuples(st.integers(-2, 2), st.lists(lifts, max_size=3)), max_size=3))
+    acc = ring.zero()
+    for k, factors in terms:
+        term = ring.one()
+        for var, x in factors:
+            term = ring.mul(term, ring.lift(var, x if ring.is_categorical(var) else float(x)))
+        acc = ring.add(acc, ring.scale(term, k))
+    return acc
+
+
+@st.composite
+def code_spaces(draw, ring: G):
+    """Old values of codes 0..4 per categorical variable, an injective map into 0..20 and
+    the values of the new codes (new_values[map[c]] == old_values[c])."""
+    maps, old, new = {}, {}, {}
+    for v in ring.categorical:
+        target = draw(st.lists(st.integers(0, 20), min_size=5, max_size=5, unique=True))
+        maps[v] = np.asarray(target)
+        old[v] = [f"{v}-{c}" for c in range(5)]
+        new[v] = [None] * 21
+        for c, t in enumerate(target):
+            new[v][t] = old[v][c]
+    return maps, old, new
+
+
+def decoded(ring: G, a: GCPayload, values) -> tuple:
+    """A payload with every category code replaced by its value (plain dict traversal)."""
+
+    def value(i: int, code: int):
+        return values[ring.variables[i]][code]
+
+    def rel(i: int, j: int | None, entry):
+        if not isinstance(entry, dict):
+            return entry
+        if j is None or i == j:
+            return {value(i, k): x for k, x in entry.items()}
+        if not ring.is_categorical(i):
+            return {value(j, k): x for k, x in entry.items()}
+        return {(value(i, k[0]), value(j, k[1])): x for k, x in entry.items()}
+
+    sums = {i: rel(i, None, e) for i, e in a.sums.items()}
+    products = {ij: rel(*ij, e) for ij, e in a.products.items()}
+    return a.count, sums, products
+
+
+@SETTINGS
+@given(st.data())
+def test_recode_then_decode_equals_decode(data):
+    ring = data.draw(st.sampled_from(CODED_RINGS))
+    xs = [data.draw(coded_payloads(ring)) for _ in range(data.draw(st.integers(1, 4)))]
+    maps, old, new = data.draw(code_spaces(ring))
+    for a in xs:  # scalar face
+        moved = ring.recode(a, maps)
+        assert decoded(ring, moved, new) == decoded(ring, a, old)
+        used = ring.used_codes(moved)
+        for v in ring.categorical:  # the codes used are exactly the mapped ones
+            assert set(used[v].tolist()) == {int(maps[v][c]) for c in ring.used_codes(a)[v]}
+    batch = ring.recode(ring.batch_from(xs), maps)  # batched face, one call for all rows
+    assert isinstance(batch, GCBatch)
+    got = [decoded(ring, a, new) for a in ring.batch_to_list(batch)]
+    assert got == [decoded(ring, a, old) for a in xs]
+    # the identity map (and no map) changes nothing
+    identity = {v: np.arange(5) for v in ring.categorical}
+    for a in xs:
+        assert ring.equal(ring.recode(a, identity), a) and ring.recode(a, {}) is a
+    same = ring.batch_to_list(ring.recode(ring.batch_from(xs), identity))
+    assert all(ring.equal(p, a) for p, a in zip(same, xs, strict=True))
+
+
+def test_used_codes_and_recode_of_an_accumulator():
+    ring = G(["x"], ["u", "v"])
+    acc = ring.batch_accumulator(3)
+    for slots, xs, us, vs in [([0, 2], [1.0, 2.0], [3, 0], [1, 1]), ([0], [5.0], [4], [0])]:
+        lifted = ring.batch_lift_many(
+            ["x", "u", "v"], [np.array(xs), np.array(us), np.array(vs)]
+        )
+        acc = ring.batch_scatter_add(acc, np.array(slots), lifted)
+    used = ring.used_codes(acc)
+    assert used["u"].tolist() == [0, 3, 4] and used["v"].tolist() == [0, 1]
+    maps = {"u": np.array([7, -1, -1, 2, 0]), "v": np.array([1, 0])}
+    moved = ring.recode(acc, maps)
+    want = [ring.recode(a, maps) for a in ring.batch_to_list(acc)]
+    assert all(ring.equal(p, q) for p, q in zip(ring.batch_to_list(moved), want, strict=True))
+    assert ring.entry(want[0], "x", "u") == pytest.approx({2: 1.0, 0: 5.0})
+    assert ring.entry(want[0], "u", "v") == {(2, 0): 1.0, (0, 1): 1.0}
+    # a code the map does not cover, or a variable the ring does not key: RingError
+    with pytest.raises(RingError, match=r"code 3 of 'u' has no new code"):
+        ring.recode(acc, {"u": np.array([7, 8, 9])})
+    with pytest.raises(RingError, match=r"code 0 of 'u' has no new code"):
+        ring.recode(acc, {"u": np.array([-1, 8, 9, 1, 2])})
+    with pytest.raises(RingError, match=r"'x' is not a keyed variable"):
+        ring.recode(acc, {"x": np.arange(3)})
+    with pytest.raises(RingError, match="1-d integer array"):
+        ring.recode(acc, {"u": np.array([0.5, 1.0])})
+    assert ring.batch_to_list(acc) == ring.batch_to_list(ring.batch_take(acc, [0, 1, 2]))

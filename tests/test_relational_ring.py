@@ -473,3 +473,94 @@ def test_factorized_deletes_propagate():
     delta_d = fr.neg(fr.lift("D", 3))  # delete T(2,3): V_T[2] loses d3
     payload = fr.mul(fr.mul(delta_d, {(): 1}), fr.lift("C", 2))
     assert payload == lst("C", {(2,): -1})
+
+
+# ------------------------------------------------------------------ recode (codes moved into
+# another code space, e.g. a shard's dictionary into the distributed driver's)
+@st.composite
+def injective_maps(draw, variables):
+    """Per variable, codes 0..2 mapped injectively into 0..9, and the values of old and new
+    codes (new[v][map[c]] == old[v][c])."""
+    maps, old, new = {}, {}, {}
+    for v in variables:
+        target = draw(st.lists(st.integers(0, 9), min_size=3, max_size=3, unique=True))
+        maps[v] = np.asarray(target)
+        old[v] = [f"{v}{c}" for c in range(3)]
+        new[v] = [None] * 10
+        for c, t in enumerate(target):
+            new[v][t] = old[v][c]
+    return maps, old, new
+
+
+def decoded_relation(rel, values):
+    """Codes of the variables in ``values`` replaced by their values (CONFLICT kept)."""
+    out = {}
+    for key, m in rel.items():
+        k = tuple(
+            (v, values[v][c] if v in values and c is not CONFLICT else c) for v, c in key
+        )
+        out[k] = m
+    return out
+
+
+@SETTINGS
+@given(relation_lists(min_size=1), st.data())
+def test_relational_recode_then_decode_equals_decode(xs, data):
+    ring = RelationalRing(listed=["A", "B"])  # C is not keyed: left alone
+    maps, old, new = data.draw(injective_maps(["A", "B"]))
+    for a in xs:
+        moved = ring.recode(a, maps)
+        assert decoded_relation(moved, new) == decoded_relation(ring.add(a, {}), old)
+        used = ring.used_codes(moved)
+        assert set(used) == {"A", "B"}
+        for v in ("A", "B"):
+            before = {c for key in a for var, c in key if var == v}
+            assert set(used[v].tolist()) == {int(maps[v][c]) for c in before}
+    batch = ring.recode(ring.batch_from(xs), maps)
+    assert isinstance(batch, RelationBatch)
+    got = [decoded_relation(r, new) for r in ring.batch_to_list(batch)]
+    assert got == [decoded_relation(ring.add(a, {}), old) for a in xs]
+    identity = {"A": np.arange(3), "B": np.arange(3)}
+    assert all(ring.equal(ring.recode(a, identity), a) for a in xs)
+    same = ring.batch_to_list(ring.recode(ring.batch_from(xs), identity))
+    assert same == ring.batch_to_list(ring.batch_from(xs))
+    assert ring.recode(xs[0], {}) is xs[0]
+
+
+@SETTINGS
+@given(st.lists(factorized(), min_size=1, max_size=5), st.data())
+def test_factorized_recode_then_decode_equals_decode(xs, data):
+    ring = FactorizedRing(ORDER)
+    maps, old, new = data.draw(injective_maps(["A", "C"]))
+    for a in xs:
+        moved = ring.recode(a, maps)
+        assert decoded_relation(moved, new) == decoded_relation(ring.add(a, {}), old)
+        used = ring.used_codes(moved)
+        for v in ("A", "C"):
+            before = {c for key in a for var, c in key if var == v and c is not CONFLICT}
+            assert set(used[v].tolist()) == {int(maps[v][c]) for c in before}
+    batch = ring.recode(ring.batch_from(xs), maps)
+    assert isinstance(batch, FactorizedBatch)
+    got = [decoded_relation(r, new) for r in ring.batch_to_list(batch)]
+    assert got == [decoded_relation(ring.add(a, {}), old) for a in xs]
+    identity = {v: np.arange(3) for v in ORDER}
+    assert all(ring.equal(ring.recode(a, identity), a) for a in xs)
+
+
+def test_recode_errors_and_rings_without_codes():
+    listing = RelationalRing(listed=["A"])
+    rel = make_relation(["A", "B"], {(0, 5): 2, (3, 5): 1})
+    assert listing.recode(rel, {"A": [4, -1, -1, 0]}) == make_relation(
+        ["A", "B"], {(4, 5): 2, (0, 5): 1}
+    )
+    with pytest.raises(RingError, match=r"code 3 of 'A' has no new code"):
+        listing.recode(rel, {"A": [4, 1]})
+    with pytest.raises(RingError, match=r"'B' is not a keyed variable"):
+        listing.recode(rel, {"B": [0]})
+    factorized_ring = FactorizedRing(["A"])
+    with pytest.raises(RingError, match=r"code 1 of 'A' has no new code"):
+        factorized_ring.recode({(("A", 1),): 1}, {"A": [0, -1]})
+    # rings without keyed variables: identity without maps, an error with them
+    assert IntegerRing().recode(5, {}) == 5 and IntegerRing().used_codes(5) == {}
+    with pytest.raises(RingError, match="not a keyed variable"):
+        IntegerRing().recode(5, {"A": [0]})
