@@ -19,18 +19,19 @@ Design (``ARCHITECTURE.md``, "Backends"):
   Spark's Murmur3 hash, no job) and a ``mapInArrow`` over the shuffled partitions (no sort
   or grouping by Spark) hands them to the shard, which loads its state, applies the batch
   atomically with the local engine, writes its new state and returns its root payload
-  (``ring.to_bytes``; grouped queries: ``(group, bytes)`` pairs).
+  (``ring.to_bytes``; grouped queries: ``(group, bytes)`` pairs) with the codes it uses.
 * **State between batches.**  Each shard's maintainer is stored as versioned snapshots
   ``<state_dir>/shard-<s>/v<seq>.pkl`` written by the executors; Python workers also cache
   the last version they produced, so a shard that comes back to the same worker skips the
   read.  The driver holds only the shards' root payloads and a manifest (``seq``, the
-  committed version of every shard, their roots, the ring's shifts, the last applied
-  ``batch_id`` and a small ``meta`` dict) that it replaces atomically after all shards
-  succeeded: that replace is the commit.  A failing shard (bad data, a crashed task) makes
-  the driver discard the staged versions: batches are atomic across shards, and a retried
-  task recomputes from the committed version (idempotent).  The :class:`BatchError` the
-  driver raises names the relation, column and value of the first failing shard's error,
-  so a caller can drop the offending rows and retry (``spark_stream``'s dead letters do).
+  committed version of every shard, their roots, the ring's shifts, the driver's
+  dictionaries, the last applied ``batch_id`` and a small ``meta`` dict) that it replaces
+  atomically after all shards succeeded: that replace is the commit.  A failing shard
+  (bad data, a crashed task) makes the driver discard the staged versions: batches are
+  atomic across shards, and a retried task recomputes from the committed version
+  (idempotent).  The :class:`BatchError` the driver raises names the relation, column and
+  value of the first failing shard's error, so a caller can drop the offending rows and
+  retry (``spark_stream``'s dead letters do).
 * **Shifts.**  Covariance rings (continuous and generalized) fix a per-variable shift at
   the first lift.  Every shard fixes its own (from the first values it lifts), so no
   driver-side pass over the data is needed; a shard's root payload carries its shifts, and
@@ -38,6 +39,17 @@ Design (``ARCHITECTURE.md``, "Backends"):
   ``reshift``, exact algebra on count, Σx, Σxxᵀ and the ``SUM(x) GROUP BY`` category
   entries) before summing.  The driver ring adopts, for each variable still
   open, the shift of the lowest shard that lifted it, and records it in the manifest.
+* **Codes.**  Rings may hold dictionary codes of values in their payloads
+  (``ring.keyed_variables``: categories of the generalized covariance ring, listed
+  variables of the relational and factorized rings).  Every shard's maintainer assigns its
+  own codes (in order of first appearance on that shard), so the same code means different
+  values on different shards.  A shard therefore ships, with its root, the values of every
+  code its payloads use (``ring.used_codes``, decoded by the shard's maintainer); the driver
+  keeps one :class:`~ringml.encoding.Dictionary` per keyed variable (append-only, stored in
+  the manifest, so codes stay stable across batches and restarts), encodes the shipped
+  values into it at commit, and translates each shard root into its codes
+  (``ring.recode``, vectorized) before summing.  :meth:`DistributedMaintainer.decode` reads
+  the result's codes, as :meth:`ringml.Maintainer.decode` does locally.
 * **Bulk load** (:meth:`DistributedMaintainer.load`) takes Spark or pandas DataFrames and
   goes through the same path (static relations are ``load``-ed, others inserted).
 
@@ -77,6 +89,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ringml import BatchError, Maintainer, SchemaError, UpdateBatch
+from ringml.encoding import Dictionary
 
 from .spark_checkpoint import (
     CheckpointError,
@@ -94,7 +107,10 @@ _MULT = "__ringml_mult"
 _BLOB = "__ringml_rows"
 _PACKED_SCHEMA = f"{_SHARD} int, {_REL} string, {_BLOB} binary"
 _MANIFEST = "manifest.pkl"
-_FORMAT = 2  # 2: the manifest records the maintainer description, not explain() text
+# 2: the manifest records the maintainer description, not explain() text; 3: shard roots
+# carry the values of the codes they use and the manifest the driver's dictionaries (a
+# format-2 state is migrated on resume, see DistributedMaintainer._migrate_roots)
+_FORMAT = 3
 _VERSION = re.compile(r"^v(\d{12})\.pkl$")
 _RESULT_SCHEMA = (
     "shard int, status string, message string, payload binary, rows long, seconds double, "
@@ -468,16 +484,41 @@ def _remember(key: tuple[str, int], version: int, maintainer: Maintainer) -> Non
         _SHARD_CACHE.pop(next(iter(_SHARD_CACHE)))
 
 
+def _rebuilt_dictionary(variable: str, values: np.ndarray, bounds: Sequence[int]) -> Dictionary:
+    """The driver dictionary whose values (in code order) grew in chunks ending at
+    ``bounds``, with the same codes (one encode per chunk, as when it was built)."""
+    dictionary = Dictionary(variable)
+    values = np.asarray(values, dtype=object)
+    start = 0
+    for end in bounds:
+        codes = dictionary.encode(values[start:end])
+        if not np.array_equal(codes, np.arange(start, end)):
+            raise CheckpointError(f"the stored dictionary of {variable!r} does not rebuild")
+        start = end
+    return dictionary
+
+
 def _version_path(state_dir: str, shard: int, version: int) -> str:
     return os.path.join(state_dir, f"shard-{shard:04d}", f"v{version:012d}.pkl")
 
 
 def _root_bytes(maintainer: Maintainer, free: bool) -> bytes:
+    """A shard's root for the driver, pickled: ``root`` (the payload's bytes; grouped
+    queries: ``(group values, bytes)`` pairs) and ``codes``: per keyed variable of the ring,
+    the codes the payloads use and their values in the shard's dictionary."""
     ring = maintainer.ring
-    if not free:
-        return ring.to_bytes(maintainer.result())
-    groups = [(key, ring.to_bytes(p)) for key, p in maintainer.enumerate()]
-    return pickle.dumps(groups, protocol=5)
+    if free:
+        groups = list(maintainer.enumerate())
+        root: Any = [(key, ring.to_bytes(p)) for key, p in groups]
+        payloads = [p for _, p in groups]
+    else:
+        payloads = [maintainer.result()]
+        root = ring.to_bytes(payloads[0])
+    codes = {}
+    if ring.keyed_variables and payloads:
+        used = ring.used_codes(ring.batch_from(payloads))
+        codes = {v: (c, maintainer.decode(v, c)) for v, c in used.items() if len(c)}
+    return pickle.dumps({"root": root, "codes": codes}, protocol=5)
 
 
 class DistributedMaintainer:
@@ -522,6 +563,12 @@ class DistributedMaintainer:
         self.versions: dict[int, int] = {}
         self._roots: dict[int, bytes] = {}
         self._shifts: dict[str, float] = {}
+        # the driver's code space: one dictionary per keyed variable of the ring
+        self._dictionaries = {v: Dictionary(v) for v in sorted(self.ring.keyed_variables)}
+        # per keyed variable, the dictionary's size after each commit that grew it: a
+        # Dictionary numbers the new values of one encode call in its own order, so a
+        # restart re-encodes the values in the same chunks to get the same codes
+        self._code_bounds: dict[str, list[int]] = {v: [] for v in self._dictionaries}
         #: small user data stored in the manifest with every commit (e.g. a stream's query id)
         self.meta: dict[str, Any] = {}
         self._keys: list[int] | None = None
@@ -539,7 +586,7 @@ class DistributedMaintainer:
             return
         with open(path, "rb") as handle:
             manifest = pickle.load(handle)
-        if manifest.get("format") != _FORMAT:
+        if manifest.get("format") not in (2, _FORMAT):
             raise CheckpointError(
                 f"{path}: manifest format {manifest.get('format')} is not supported (want "
                 f"{_FORMAT}); start from a fresh state folder"
@@ -554,6 +601,47 @@ class DistributedMaintainer:
         self.meta = dict(manifest.get("meta") or {})
         if self._shifts and hasattr(self.ring, "set_shifts"):
             self.ring.set_shifts(self._shifts)
+        if manifest["format"] == 2:
+            self._roots = self._migrate_roots(self._roots)
+            self._adopt_codes(self._roots.values())
+            return
+        stored = manifest.get("codes") or {}
+        if set(stored) != set(self._dictionaries):
+            raise CheckpointError(
+                f"{path}: the manifest has dictionaries of {sorted(stored)}, the ring keys "
+                f"{sorted(self._dictionaries)}"
+            )
+        for variable, (values, bounds) in stored.items():
+            self._dictionaries[variable] = _rebuilt_dictionary(variable, values, bounds)
+            self._code_bounds[variable] = list(bounds)
+
+    def _migrate_roots(self, roots: Mapping[int, bytes]) -> dict[int, bytes]:
+        """Format-2 roots (bare payload bytes holding shard-local codes) in format 3.
+        Without keyed variables only the wrapping changes; with them the values behind a
+        shard's codes are read from its committed snapshot (which holds its dictionaries):
+        the driver restores each shard once and rebuilds its root."""
+        if not self._dictionaries:
+            free = bool(self.query.free)
+            return {
+                shard: pickle.dumps(
+                    {"root": pickle.loads(data) if free else data, "codes": {}}, protocol=5
+                )
+                for shard, data in roots.items()
+            }
+        migrated = {}
+        for shard in sorted(roots):
+            path = _version_path(self.state_dir, shard, self.versions[shard])
+            try:
+                with open(path, "rb") as handle:
+                    data = handle.read()
+            except OSError as error:
+                raise CheckpointError(
+                    f"{path}: cannot migrate the format-2 state of shard {shard} ({error}); "
+                    "start from a fresh state folder"
+                ) from error
+            maintainer = restore_maintainer(data, where=path)
+            migrated[shard] = _root_bytes(maintainer, bool(self.query.free))
+        return migrated
 
     def _commit(self, seq: int, versions, roots, batch_id: int) -> None:
         manifest = {
@@ -564,6 +652,9 @@ class DistributedMaintainer:
             "versions": versions,
             "roots": roots,
             "shifts": self._shifts,
+            "codes": {
+                v: (d.values, list(self._code_bounds[v])) for v, d in self._dictionaries.items()
+            },
             "meta": dict(self.meta),
         }
         atomic_write(os.path.join(self.state_dir, _MANIFEST), pickle.dumps(manifest, protocol=5))
@@ -693,8 +784,14 @@ class DistributedMaintainer:
             versions[row["shard"]] = seq
             roots[row["shard"]] = bytes(row["payload"])
         started = time.perf_counter()
-        self._adopt_shifts(roots)
-        self._commit(seq, versions, roots, self.last_batch_id if batch_id is None else batch_id)
+        sizes = {v: len(d) for v, d in self._dictionaries.items()}
+        try:
+            self._adopt_codes(roots[shard] for shard in sorted(versions) if versions[shard] == seq)
+            self._adopt_shifts(roots)
+            self._commit(seq, versions, roots, self.last_batch_id if batch_id is None else batch_id)
+        except Exception:
+            self._forget_codes(sizes)  # the driver's code space stays the committed one
+            raise
         old = dict(self.versions)
         self.seq, self.versions, self._roots = seq, versions, roots
         if batch_id is not None:
@@ -793,27 +890,84 @@ class DistributedMaintainer:
     # ------------------------------------------------------------------ results
     def shard_roots(self) -> dict[int, Any]:
         """Each shard's root payload (grouped queries: ``{group: payload}`` per shard), as
-        payloads of the driver's ring (covariance payloads re-centred on its shifts)."""
+        payloads of the driver's ring (covariance payloads re-centred on its shifts, codes
+        in the driver's code space: :meth:`decode`)."""
         return {shard: self._decode(data) for shard, data in sorted(self._roots.items())}
 
     def _decode(self, data: bytes):
-        """A shard's root (bytes) as payloads of the driver ring.  Shards fix their own
-        covariance shifts, so the payload is read with a scratch ring that adopts the
-        shard's shifts and then re-centred on the driver ring's (``reshift``)."""
+        """A shard's root (bytes) as payloads of the driver ring: the shard's codes are
+        translated into the driver's (``ring.recode``), and since shards fix their own
+        covariance shifts, the payload is read with a scratch ring that adopts the shard's
+        shifts and then re-centred on the driver ring's (``reshift``)."""
+        shipped = pickle.loads(data)
         ring = self.ring
         reshift = getattr(ring, "reshift", None)
-        if reshift is None:
-            read = ring.from_bytes
-        else:
+        reader = ring
+        if reshift is not None:
             config = ring.to_dict()
-            scratch = type(ring).from_dict({**config, "shifts": [None] * len(ring.variables)})
-
-            def read(blob: bytes):
-                return reshift(scratch.from_bytes(blob), scratch.shifts)
-
+            reader = type(ring).from_dict({**config, "shifts": [None] * len(ring.variables)})
+        maps = self._code_maps(shipped["codes"])
+        groups = shipped["root"] if self.query.free else [((), shipped["root"])]
+        payloads = [reader.from_bytes(blob) for _, blob in groups]
+        if maps:  # one recode for all the shard's payloads
+            payloads = reader.batch_to_list(reader.recode(reader.batch_from(payloads), maps))
+        if reshift is not None:
+            payloads = [reshift(payload, reader.shifts) for payload in payloads]
         if self.query.free:
-            return {key: read(blob) for key, blob in pickle.loads(data)}
-        return read(data)
+            return {key: payload for (key, _), payload in zip(groups, payloads, strict=True)}
+        return payloads[0]
+
+    def _code_maps(self, codes: Mapping[str, tuple[np.ndarray, np.ndarray]]):
+        """Per keyed variable, the array ``shard code -> driver code`` of a shard's root
+        (-1 for codes the root does not use)."""
+        maps = {}
+        for variable, (old, values) in codes.items():
+            new = self._dictionaries[variable].lookup(np.asarray(values, dtype=object))
+            if (new < 0).any():
+                value = values[int(np.flatnonzero(new < 0)[0])]
+                raise CheckpointError(
+                    f"{variable!r}: value {value!r} of a shard root is not in the driver's "
+                    "dictionary (a root from another state?)"
+                )
+            mapping = np.full(int(old.max()) + 1, -1, dtype=np.int64)
+            mapping[old] = new
+            maps[variable] = mapping
+        return maps
+
+    def _adopt_codes(self, roots) -> None:
+        """Give driver codes to the values behind the codes of shard roots (bytes), one
+        encode per variable; known values keep theirs."""
+        if not self._dictionaries:
+            return
+        shipped = [pickle.loads(data)["codes"] for data in roots]
+        for variable, dictionary in self._dictionaries.items():
+            parts = [np.asarray(c[variable][1], dtype=object) for c in shipped if variable in c]
+            if not parts:
+                continue
+            dictionary.encode(np.concatenate(parts))
+            bounds = self._code_bounds[variable]
+            if len(dictionary) > (bounds[-1] if bounds else 0):
+                bounds.append(len(dictionary))
+
+    def _forget_codes(self, sizes: Mapping[str, int]) -> None:
+        """Drop the driver codes given after ``sizes`` (a batch that did not commit)."""
+        for variable, size in sizes.items():
+            old = self._dictionaries[variable]
+            if len(old) != size:
+                bounds = [b for b in self._code_bounds[variable] if b <= size]
+                self._dictionaries[variable] = _rebuilt_dictionary(variable, old.values, bounds)
+                self._code_bounds[variable] = bounds
+
+    def decode(self, variable: str, codes) -> np.ndarray:
+        """The values behind codes of a keyed variable (categories, listed variables) in the
+        payloads of :meth:`result` and :meth:`shard_roots`, as
+        :meth:`ringml.Maintainer.decode` does for a local result."""
+        if variable not in self._dictionaries:
+            raise KeyError(
+                f"variable {variable!r} has no codes in the results; the ring {self.ring!r} "
+                f"keys {sorted(self._dictionaries)}"
+            )
+        return self._dictionaries[variable].decode(np.asarray(codes, dtype=np.int64))
 
     def _adopt_shifts(self, roots: Mapping[int, bytes]) -> None:
         """Fix the driver ring's still-open shifts from the shard roots (lowest shard

@@ -9,6 +9,8 @@ different per-variable shifts, so raw shifted payloads differ by rounding).
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -410,3 +412,239 @@ def test_engine_rejections_are_dead_lettered_row_by_row(housing, tmp_path):
     with pytest.raises(FeedError, match=r"batch 7: relation 'Shop'.*openinghoursshop"):
         strict.process_batch(table, 7)
     assert strict.last_batch_id == -1 and strict.maintainer.result().count == 0
+
+
+# ------------------------------------------------- distributed, rings holding dictionary codes
+SHOP_SCHEMAS = {
+    "Sales": ["store", "item", "units", "channel"],
+    "Stores": ["store", "size", "region"],
+    "Items": ["item", "price", "color"],
+}
+SHOP_CATEGORICAL = ["channel", "region", "color"]
+SHOP_FEATURES = ["size", "price", *SHOP_CATEGORICAL]
+
+
+@pytest.fixture(scope="module")
+def shops():
+    """A star on ``store`` (Sales, Stores sharded; Items broadcast) with string categories,
+    which every shard's dictionary meets in its own order."""
+    rng = np.random.default_rng(11)
+    stores = pd.DataFrame(
+        {
+            "store": np.arange(40),
+            "size": rng.integers(50, 400, 40).astype(float),
+            "region": rng.choice(["north", "south", "east", "west", "centre"], 40),
+        }
+    )
+    items = pd.DataFrame(
+        {
+            "item": np.arange(12),
+            "price": np.round(rng.uniform(1.0, 20.0, 12), 2),
+            "color": rng.choice(["red", "green", "blue", "black"], 12),
+        }
+    )
+    n = 400
+    sales = pd.DataFrame(
+        {
+            "store": rng.integers(0, 40, n),
+            "item": rng.integers(0, 12, n),
+            "units": rng.integers(1, 9, n).astype(float),
+            "channel": rng.choice(["web", "shop", "phone", "mail"], n, p=[0.45, 0.3, 0.22, 0.03]),
+        }
+    )
+    relations = {"Sales": sales, "Stores": stores, "Items": items}
+    initial = {r: f.iloc[: len(f) // 2].reset_index(drop=True) for r, f in relations.items()}
+    rest = {r: f.iloc[len(f) // 2 :].reset_index(drop=True) for r, f in relations.items()}
+    stream = build_stream(rest, 40, 0.3, seed=12)
+    assert sum(b.n_deletes for b in stream) > 0
+    chunks = [stream[i : i + 6] for i in range(0, len(stream), 6)]
+    batches = [[rm.UpdateBatch(b.relation, b.rows, b.multiplicity) for b in c] for c in chunks]
+    return initial, batches
+
+
+def _clashing_codes(dm: DistributedMaintainer) -> set[str]:
+    """Keyed variables for which two shards gave one code to different values."""
+    clashes = set()
+    meaning: dict[tuple[str, int], object] = {}
+    for data in dm._roots.values():
+        for variable, (codes, values) in pickle.loads(data)["codes"].items():
+            for code, value in zip(codes.tolist(), values.tolist(), strict=True):
+                if meaning.setdefault((variable, code), value) != value:
+                    clashes.add(variable)
+    return clashes
+
+
+def _category_counts(ring, payload, decode) -> dict[str, dict]:
+    out = {}
+    for v in ring.categorical:
+        counts = ring.entry(payload, v)
+        values = decode(v, np.array(list(counts), dtype=np.int64)).tolist()
+        out[v] = dict(zip(values, counts.values(), strict=True))
+    return out
+
+
+def _assert_same_decoded_covariance(ring_a, a, decode_a, ring_b, b, decode_b) -> None:
+    """Equal one-hot covariance moments (to_dense in original units), columns labelled by
+    the decoded categories: codes of the two sides may differ, values may not."""
+    assert _category_counts(ring_a, a, decode_a) == _category_counts(ring_b, b, decode_b)
+    layouts = []
+    for ring, payload, decode in ((ring_a, a, decode_a), (ring_b, b, decode_b)):
+        known = {}
+        for v in ring.categorical:
+            codes = ring.used_codes(payload)[v]
+            known[v] = dict(zip(decode(v, codes).tolist(), codes.tolist(), strict=True))
+        layouts.append(known)
+    labels = {v: sorted(set(layouts[0][v]) | set(layouts[1][v])) for v in ring_a.categorical}
+    dense = []
+    for (ring, payload, _), known in zip(
+        ((ring_a, a, decode_a), (ring_b, b, decode_b)), layouts, strict=True
+    ):
+        # a label one side lacks gets a code no payload uses (a zero column)
+        cats = {v: [known[v].get(x, -1 - i) for i, x in enumerate(labels[v])] for v in labels}
+        dense.append(ring.to_dense(payload, cats))
+    (count_a, sums_a, prods_a), (count_b, sums_b, prods_b) = dense
+    assert count_a == count_b
+    np.testing.assert_allclose(sums_a, sums_b, rtol=1e-9, atol=1e-6)
+    np.testing.assert_allclose(prods_a, prods_b, rtol=1e-9, atol=1e-6)
+
+
+def test_distributed_categorical_covariance_equals_local_engine(
+    spark, shops, tmp_path, monkeypatch
+):
+    """Generalized covariance over string categories on 4 shards whose dictionaries number
+    the categories differently: shard roots are recoded into the driver's code space before
+    they are summed, so decoded results, models and restarts equal the local engine's."""
+    from ringml.models import JoinRegressor
+    from ringml.models.mutual_information import mutual_information_matrix
+    from ringml.pipelines.spark_checkpoint import atomic_write
+
+    initial, chunks = shops
+
+    def regressor() -> JoinRegressor:
+        return JoinRegressor(
+            SHOP_SCHEMAS, "units", SHOP_FEATURES, SHOP_CATEGORICAL, solver="cholesky"
+        ).fit()
+
+    local_model, dist_model = regressor(), regressor()
+    local = rm.Maintainer(local_model.query_)
+    state = tmp_path / "dist"
+    dm = DistributedMaintainer(spark, dist_model.query_, shards=4, state_dir=state)
+    ring = dm.ring
+
+    def check(dm: DistributedMaintainer) -> None:
+        _assert_same_decoded_covariance(
+            local.ring, local.result(), local.decode, dm.ring, dm.result(), dm.decode
+        )
+
+    dm.load(initial)
+    for relation, frame in initial.items():
+        local.insert(relation, frame)
+    # the case this guards: shards disagree on what a code means (Items is broadcast, so
+    # only the sharded relations' categories clash)
+    assert _clashing_codes(dm) == {"channel", "region"}
+    check(dm)
+    # the old driver, which summed the shards' roots without recoding them, was wrong
+    with monkeypatch.context() as patch:
+        patch.setattr(dm, "_code_maps", lambda codes: {})
+        naive = dm.result()
+    with pytest.raises(AssertionError):
+        _assert_same_decoded_covariance(
+            local.ring, local.result(), local.decode, ring, naive, dm.decode
+        )
+    for batch_id, chunk in enumerate(chunks):
+        assert dm.apply(chunk, batch_id=batch_id)
+        local.apply(chunk)
+    check(dm)
+    codes = {v: np.arange(len(dm._dictionaries[v])) for v in SHOP_CATEGORICAL}
+    streamed = [b.rows.region for c in chunks for b in c if b.relation == "Stores"]
+    regions = set(initial["Stores"].region).union(*streamed)
+    assert sorted(dm.decode("region", codes["region"])) == sorted(regions)
+    with pytest.raises(KeyError, match="'units' has no codes"):
+        dm.decode("units", [0])
+
+    # models read categories through the distributed maintainer's decode
+    local_model.maintainer_ = local
+    local_model.partial_fit([])
+    dist_model.maintainer_ = dm
+    dist_model.partial_fit([])
+    assert dist_model.columns_ == local_model.columns_
+    assert ("channel", "web") in dist_model.columns_
+    np.testing.assert_allclose(dist_model.coef_, local_model.coef_, rtol=1e-7, atol=1e-9)
+    assert dist_model.intercept_ == pytest.approx(local_model.intercept_, rel=1e-9)
+    rows = initial["Sales"].merge(initial["Stores"]).merge(initial["Items"]).head(20)
+    np.testing.assert_allclose(dist_model.predict(rows), local_model.predict(rows), rtol=1e-9)
+    mi_local = mutual_information_matrix(local.ring.count_tables(local.result()), SHOP_CATEGORICAL)
+    mi_dist = mutual_information_matrix(ring.count_tables(dm.result()), SHOP_CATEGORICAL)
+    np.testing.assert_allclose(mi_dist.to_numpy(), mi_local.to_numpy(), atol=1e-12)
+
+    # a new driver resumes the driver's code space from the manifest: same codes, same result
+    resumed = DistributedMaintainer(spark, regressor().query_, shards=4, state_dir=state)
+    for v, c in codes.items():
+        assert resumed.decode(v, c).tolist() == dm.decode(v, c).tolist()
+    assert ring.equal(resumed.result(), dm.result(), rtol=1e-12, atol=1e-9)
+    check(resumed)
+
+    # a manifest written before roots carried their codes (format 2) is migrated from the
+    # shards' snapshots; an unknown format is refused
+    path = state / "manifest.pkl"
+    manifest = pickle.loads(path.read_bytes())
+    assert manifest["format"] == 3
+    bare = {shard: pickle.loads(data)["root"] for shard, data in manifest["roots"].items()}
+    old = dict(manifest, format=2, roots=bare)
+    del old["codes"]
+    atomic_write(str(path), pickle.dumps(old))
+    migrated = DistributedMaintainer(spark, regressor().query_, shards=4, state_dir=state)
+    check(migrated)
+    atomic_write(str(path), pickle.dumps(dict(manifest, format=1)))
+    with pytest.raises(CheckpointError, match="manifest format 1 is not supported"):
+        DistributedMaintainer(spark, regressor().query_, shards=4, state_dir=state)
+
+
+def _decoded_groups(result, decode) -> dict:
+    return {
+        group: {tuple((v, decode(v, [c])[0]) for v, c in key): m for key, m in relation.items()}
+        for group, relation in result.items()
+    }
+
+
+def test_distributed_listing_ring_equals_local_engine(spark, shops, tmp_path, monkeypatch):
+    """A grouped RelationalRing result (groups: stores; payloads list channel and region
+    codes) on 4 shards equals the local engine's, decoded, after a bulk load and a stream
+    with deletes; a batch whose commit fails leaves the driver's code space as it was."""
+    from ringml.rings.relational import RelationalRing
+
+    initial, chunks = shops
+
+    def query() -> rm.Query:
+        return rm.Query(SHOP_SCHEMAS, RelationalRing(listed=["channel", "region"]), free=["store"])
+
+    local = rm.Maintainer(query())
+    dm = DistributedMaintainer(spark, query(), shards=4, state_dir=tmp_path / "dist")
+
+    def check(dm: DistributedMaintainer) -> None:
+        expected = _decoded_groups(local.result(), local.decode)
+        assert _decoded_groups(dm.result(), dm.decode) == expected
+        assert sum(len(r) for r in expected.values()) > 20
+
+    dm.load(initial)
+    for relation, frame in initial.items():
+        local.insert(relation, frame)
+    assert "channel" in _clashing_codes(dm)
+    check(dm)
+    first, *others = chunks
+    sizes = {v: len(d) for v, d in dm._dictionaries.items()}
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    with monkeypatch.context() as patch:  # the shards succeed, the driver's commit fails
+        patch.setattr(dm, "_commit", fail)
+        with pytest.raises(OSError, match="disk full"):
+            dm.apply(first, batch_id=0)
+    assert {v: len(d) for v, d in dm._dictionaries.items()} == sizes
+    check(dm)
+    for batch_id, chunk in enumerate(chunks):
+        assert dm.apply(chunk, batch_id=batch_id)
+        local.apply(chunk)
+    check(dm)
+    check(DistributedMaintainer(spark, query(), shards=4, state_dir=tmp_path / "dist"))
