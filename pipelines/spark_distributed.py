@@ -778,19 +778,24 @@ class DistributedMaintainer:
                 column,
                 value,
             )
-        versions = dict(self.versions)
-        roots = dict(self._roots)
-        for row in rows:
-            versions[row["shard"]] = seq
-            roots[row["shard"]] = bytes(row["payload"])
         started = time.perf_counter()
+        self._accept(seq, {row["shard"]: bytes(row["payload"]) for row in rows}, batch_id)
+        self.last_timings["commit"] = time.perf_counter() - started
+        return True
+
+    def _accept(self, seq: int, fresh: Mapping[int, bytes], batch_id: int | None) -> None:
+        """Commit version ``seq`` of the shards whose new roots are ``fresh`` (all of them
+        succeeded): their codes and shifts are adopted and the manifest replaced; if that
+        fails, the driver's code space stays the committed one."""
+        versions = {**self.versions, **dict.fromkeys(fresh, seq)}
+        roots = {**self._roots, **fresh}
         sizes = {v: len(d) for v, d in self._dictionaries.items()}
         try:
-            self._adopt_codes(roots[shard] for shard in sorted(versions) if versions[shard] == seq)
+            self._adopt_codes(fresh[shard] for shard in sorted(fresh))
             self._adopt_shifts(roots)
             self._commit(seq, versions, roots, self.last_batch_id if batch_id is None else batch_id)
         except Exception:
-            self._forget_codes(sizes)  # the driver's code space stays the committed one
+            self._forget_codes(sizes)
             raise
         old = dict(self.versions)
         self.seq, self.versions, self._roots = seq, versions, roots
@@ -800,8 +805,6 @@ class DistributedMaintainer:
             if versions.get(shard) != version:
                 with contextlib.suppress(OSError):
                     os.unlink(_version_path(self.state_dir, shard, version))
-        self.last_timings["commit"] = time.perf_counter() - started
-        return True
 
     def _discard(self, seq: int) -> None:
         """Remove the versions a failed batch staged (committed versions are untouched)."""
