@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .encoding import _INT, Dictionary, EncodingError, _value_keys
+from .encoding import _INT, _INT64_MAX, Dictionary, EncodingError, _big_int_bits, _value_keys
 from .errors import BatchError, InputTypeError
 from .keyindex import KeyIndex, hash_rows
 from .query import Query
@@ -183,7 +183,13 @@ class PreparedRows:
 
 def _exact_big(bits: np.ndarray, ints: np.ndarray) -> np.ndarray:
     """Float64 bits of integers, but the integer itself beyond 2**53, where float64 rounds
-    (no float equals such an integer, so tuples differing there must not collide)."""
+    (no float equals such an integer, so tuples differing there must not collide); uint64
+    values beyond int64 are keyed like the same Python int (:func:`_big_int_bits`)."""
+    if ints.dtype.kind == "u":
+        over = ints > _INT64_MAX
+        exact = np.array(_exact_big(bits, ints.astype(np.int64)))  # wrapped ones: replaced
+        exact[over] = _big_int_bits(ints[over])
+        return exact
     big = np.abs(ints) > 2**53
     return np.where(big, ints, bits) if big.any() else bits
 
@@ -219,7 +225,7 @@ class TupleCounts:
         floats += 0.0
         bits = floats.view(np.int64)
         hashed = []
-        ints = [row for row, j in enumerate(numeric) if columns[j].dtype.kind == "i"]
+        ints = [row for row, j in enumerate(numeric) if columns[j].dtype.kind in "iu"]
         # only integers of magnitude >= 2**53 may round in float64: check those exactly
         if ints and n and np.abs(floats[ints]).max() >= 2.0**53:
             for row in ints:

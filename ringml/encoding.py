@@ -24,7 +24,10 @@ _INT64_MAX = np.iinfo(np.int64).max
 
 def _big_int_bits(values) -> np.ndarray:
     """64-bit keys of integers beyond int64, by value (their decimal digits)."""
-    digits = np.asarray([str(int(x)) for x in values], dtype=object)
+    if isinstance(values, np.ndarray) and values.dtype.kind == "u":  # numpy writes the digits
+        digits = values.astype(str).astype(object)
+    else:
+        digits = np.asarray([str(int(x)) for x in values], dtype=object)
     return pd.util.hash_array(digits, categorize=False).view(np.int64)
 
 

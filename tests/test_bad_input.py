@@ -280,6 +280,31 @@ def test_uint64_key_beyond_int64_joins_only_equal_numbers(strategy):
     assert m.result() == {(2, 20): 1}
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_uint64_tuples_are_told_apart_exactly_by_the_delete_check(strategy):
+    """2**60 + 1 and 2**60 are the same float64 (uint64 tuples were fingerprinted through
+    it), and 2**64 - 1 is not -1: deleting the one that is not present is rejected."""
+    q = rm.Query({"R": ["k", "a"], "S": ["a", "b"]}, IntegerRing(), free=["k"])
+    m = rm.Maintainer(q, strategy=strategy)
+    m.insert("S", pd.DataFrame({"a": [1, 2], "b": [1, 1]}))
+    present = [2**60 + 1, 2**64 - 1]
+    m.insert("R", pd.DataFrame({"k": np.array(present, dtype=np.uint64), "a": [1, 2]}))
+    assert m.result() == {(2**60 + 1,): 1, (2**64 - 1,): 1}
+    for absent, a in (
+        (np.array([2**60], dtype=np.uint64), 1),
+        (np.array([2**60 + 2], dtype=np.uint64), 1),
+        (np.array([-1]), 2),
+        (np.array([2**64 - 2], dtype=np.uint64), 2),
+    ):
+        rows = pd.DataFrame({"k": absent, "a": [a]})
+        error = rejected(m, lambda rows=rows: m.delete("R", rows), BatchError, "R")
+        assert "not present" in str(error) and str(absent[0]) in str(error)
+    # the same numbers are present, whatever the column's type
+    m.delete("R", pd.DataFrame({"k": np.array([2**60 + 1]), "a": [1]}))
+    m.delete("R", pd.DataFrame({"k": [2**64 - 1], "a": [2]}, dtype=object))
+    assert m.result() == {}
+
+
 # ------------------------------------------------------------------ 4. schemas
 def test_schema_mistakes_are_rejected_when_the_query_is_made():
     with pytest.raises(SchemaError, match=r"relation 'R'.*string 'AB'"):

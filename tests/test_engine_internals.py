@@ -13,7 +13,7 @@ import pytest
 
 from ringml.applications import covariance_query
 from ringml.batch import TupleCounts, _exact_big
-from ringml.encoding import _INT, _value_keys
+from ringml.encoding import _INT, _big_int_bits, _value_keys
 from ringml.keyindex import hash_rows
 from ringml.maintainer import Maintainer
 from ringml.store import group_rows
@@ -37,7 +37,9 @@ def reference_hash(columns: list[np.ndarray]) -> np.ndarray:
 def reference_fingerprints(columns: list[np.ndarray]) -> np.ndarray:
     hashed = []
     for data in columns:
-        if data.dtype.kind in "iufb":
+        if data.dtype.kind == "u":  # as Python ints: exact beyond 2**53, by digits beyond int64
+            hashed.append(np.array([reference_int_key(int(x)) for x in data], dtype=np.int64))
+        elif data.dtype.kind in "iufb":
             bits = (data.astype(np.float64) + 0.0).view(np.int64)
             if data.dtype.kind == "i":
                 bits = _exact_big(bits, data)
@@ -51,19 +53,29 @@ def reference_fingerprints(columns: list[np.ndarray]) -> np.ndarray:
     return reference_hash(hashed).view(np.int64)
 
 
+def reference_int_key(x: int) -> int:
+    if abs(x) <= 2**53:
+        return int(np.float64(x).view(np.int64))
+    return x if x < 2**63 else int(_big_int_bits([x])[0])
+
+
 @pytest.mark.parametrize("big", [False, True])
 def test_fingerprints_and_row_hashes_are_unchanged(big):
     rng = np.random.default_rng(1)
     n = 300
     ints = rng.integers(-(10**6), 10**6, n)
+    unsigned = rng.integers(0, 2**63, n, dtype=np.uint64)
     if big:  # beyond 2**53 integers hash exactly, not by their rounded float
         ints[:5] = [2**53 + 1, -(2**63), 2**62 + 3, -(2**53) - 1, 2**53]
+        unsigned[:4] = [2**64 - 1, 2**63, 2**60 + 1, 2**60]
+    else:  # uint64 values below 2**53 hash as they always did: by their float
+        unsigned >>= np.uint64(11)
     columns = [
         ints,
         rng.normal(size=n),
         np.where(rng.random(n) < 0.5, -0.0, 0.0),
         rng.integers(0, 2, n).astype(bool),
-        rng.integers(0, 2**63, n, dtype=np.uint64),
+        unsigned,
         np.array(["a", 1, 2.0, 2**70, -0.0], dtype=object)[rng.integers(0, 5, n)],
         rng.integers(0, 5, n).astype(np.int32),
     ]
