@@ -46,7 +46,7 @@ from sklearn.metrics import r2_score
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 import ringml
-from ringml.batch import TupleCounts, UpdateBatch, as_frame
+from ringml.batch import TupleCounts, UpdateBatch, as_frame, feature_numbers
 from ringml.errors import BatchError, UnknownCategoryError
 
 from .mutual_information import (
@@ -673,6 +673,8 @@ class JoinRegressor(_JoinModel):
         if isinstance(X, pd.DataFrame | Mapping) or any(hasattr(X, a) for a in arrow):
             return as_frame(X, "X")
         array = np.asarray(X)
+        if array.dtype.kind in "US" and not isinstance(X, np.ndarray):
+            array = np.asarray(X, dtype=object)  # rows of mixed values: each keeps its type
         if array.ndim != 2:
             raise ValueError(
                 f"Expected a 2D array of {len(self.features_)} feature columns "
@@ -790,11 +792,7 @@ class JoinChowLiu(_JoinModel):
                 continue
             rows = rows.copy()
             for v in todo:
-                x = pd.to_numeric(rows[v], errors="coerce").to_numpy(dtype=np.float64)
-                if not np.all(np.isfinite(x)):
-                    raise ValueError(
-                        f"relation {batch.relation!r}: column {v!r} needs finite numbers"
-                    )
+                x = feature_numbers(rows[v], v, batch.relation).astype(np.float64, copy=False)
                 if v not in binners and len(x):
                     binners[v] = (float(x.min()), float(x.max()))
                 lo, hi = binners.get(v, (0.0, 0.0))

@@ -75,6 +75,8 @@ import scipy.linalg
 from ringml.rings.categorical import GCPayload, GeneralizedCovarianceRing
 from ringml.rings.covariance import CovarianceBatch, CovariancePayload, CovarianceRing
 
+from ringml.batch import feature_numbers
+
 __all__ = [
     "CovarianceRegression",
     "Design",
@@ -721,7 +723,8 @@ def predict_frame(
 
     One-hot columns ``(variable, category)`` are 1 where the row's value equals the
     category; unknown and reference categories contribute 0.  Raises ``ValueError`` for a
-    missing feature column or a non-finite continuous value.
+    missing feature column and :class:`~ringml.errors.BatchError` for a continuous value
+    the engine would not take as a feature (numeric strings, booleans, None, NaN, ...).
     """
     frame = X if isinstance(X, pd.DataFrame) else pd.DataFrame(X)
     out = np.full(len(frame), result.intercept, dtype=np.float64)
@@ -732,10 +735,7 @@ def predict_frame(
             continue
         if col not in frame.columns:
             raise ValueError(f"missing feature column {col!r}")
-        x = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=np.float64)
-        if not np.all(np.isfinite(x)):
-            raise ValueError(f"feature column {col!r} has missing or non-numeric values")
-        out += beta * x
+        out += beta * feature_numbers(frame[col], col).astype(np.float64, copy=False)
     names = list(design.categories) if design is not None else list(categorical)
     for var in names:
         if var not in frame.columns:

@@ -456,7 +456,7 @@ class BatchPreparer:
         """Codes for the encoded columns, floats for the lifted ones, checks for the others."""
         for column, data in arrays.items():
             if column in self.numeric[relation]:
-                prepared.values[column] = self._numbers(relation, column, data)
+                prepared.values[column] = feature_numbers(data, column, relation)
             if column in self.encoded[relation]:
                 prepared.codes[column] = self._encode(relation, column, data)
             elif column not in self.numeric[relation]:
@@ -471,34 +471,6 @@ class BatchPreparer:
         """Take back :meth:`commit` (the batch was rejected after all)."""
         if self.counts is not None and prepared.tuple_ids is not None:
             self.counts[prepared.relation].apply(prepared.tuple_ids, -prepared.tuple_delta)
-
-    def _numbers(self, relation: str, column: str, data: np.ndarray) -> np.ndarray:
-        """A lifted feature column as int64 (exact) or finite float64 values.
-
-        Only real numbers are features: strings (also numeric ones like ``"1.5"``),
-        booleans, complex numbers, dates and durations, ``None``/``pd.NA``/NaN and
-        infinities are rejected, never coerced (a boolean as a 0/1 feature is asked for by
-        casting the column to int).
-        """
-        if data.dtype.kind == "O":
-            data = _object_numbers(relation, column, data)
-        elif data.dtype.kind not in "iuf" and data.size:
-            _reject_feature(relation, column, data, 0)
-        if data.dtype.kind == "i":  # exact: float64 would round integers beyond 2**53
-            return data.astype(np.int64, copy=False)
-        data = data.astype(np.float64, copy=False)
-        finite = np.isfinite(data)
-        if not finite.all():
-            bad = np.flatnonzero(~finite)
-            value = data[bad[0]]
-            raise BatchError(
-                f"relation {relation!r}, column {column!r}: feature value {value!r} is not a "
-                f"finite number (row {int(bad[0])})",
-                relation,
-                column,
-                value,
-            )
-        return data
 
     def _check_values(self, relation: str, column: str, data: np.ndarray) -> None:
         """A column the strategy neither encodes nor lifts still binds a variable: reject the
@@ -532,6 +504,43 @@ class BatchPreparer:
             ) from None
 
 
+def feature_numbers(data, column: str, relation: str | None = None) -> np.ndarray:
+    """A lifted feature column (array or Series) as int64 (exact) or finite float64 values.
+
+    Only real numbers are features: strings (also numeric ones like ``"1.5"``),
+    booleans, complex numbers, dates and durations, ``None``/``pd.NA``/NaN and
+    infinities raise :class:`BatchError` naming the column (and relation) and the value,
+    never coerced (a boolean as a 0/1 feature is asked for by casting the column to int).
+    The engine's check of batches, also used by the models on rows they are given.
+    """
+    if isinstance(data, pd.Series):
+        data = _extension_array(data)
+    data = np.asarray(data)
+    if data.dtype.kind == "O":
+        data = _object_numbers(relation, column, data)
+    elif data.dtype.kind not in "iuf" and data.size:
+        _reject_feature(relation, column, data, 0)
+    if data.dtype.kind == "i":  # exact: float64 would round integers beyond 2**53
+        return data.astype(np.int64, copy=False)
+    data = data.astype(np.float64, copy=False)
+    finite = np.isfinite(data)
+    if not finite.all():
+        bad = np.flatnonzero(~finite)
+        value = data[bad[0]]
+        raise BatchError(
+            f"{_where(relation, column)}: feature value {value!r} is not a finite number "
+            f"(row {int(bad[0])})",
+            relation,
+            column,
+            value,
+        )
+    return data
+
+
+def _where(relation: str | None, column: str) -> str:
+    return f"column {column!r}" if relation is None else f"relation {relation!r}, column {column!r}"
+
+
 def _is_real(kind: type) -> bool:
     """Values of this type are real numbers (booleans are not)."""
     return (issubclass(kind, numbers.Real) or issubclass(kind, decimal.Decimal)) and not (
@@ -539,7 +548,7 @@ def _is_real(kind: type) -> bool:
     )
 
 
-def _object_numbers(relation: str, column: str, data: np.ndarray) -> np.ndarray:
+def _object_numbers(relation: str | None, column: str, data: np.ndarray) -> np.ndarray:
     """The numbers of an object column: int64 when all are integers that fit, else float64;
     the first value of another type raises :class:`BatchError`."""
     kinds = set(map(type, data))
@@ -554,7 +563,7 @@ def _object_numbers(relation: str, column: str, data: np.ndarray) -> np.ndarray:
     return data.astype(np.float64)
 
 
-def _reject_feature(relation: str, column: str, data: np.ndarray, at: int) -> None:
+def _reject_feature(relation: str | None, column: str, data: np.ndarray, at: int) -> None:
     """Raise the :class:`BatchError` for a feature value that is not a real number."""
     value = data[at]
     if data.dtype.kind in "mM":
@@ -574,7 +583,7 @@ def _reject_feature(relation: str, column: str, data: np.ndarray, at: int) -> No
     else:
         why = "is not a number"
     raise BatchError(
-        f"relation {relation!r}, column {column!r}: feature value {value!r} {why} (row {at})",
+        f"{_where(relation, column)}: feature value {value!r} {why} (row {at})",
         relation,
         column,
         value,

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from ringml.models import JoinRegressor, SufficientStatsRegressor
+from ringml.models import JoinChowLiu, JoinRegressor, SufficientStatsRegressor
 from ringml.rings.base import RingError
 from ringml.rings.covariance import CovarianceRing
 from ringml.rings.scalar import IntegerRing
@@ -512,6 +512,61 @@ def test_join_regressor_predicts_on_arrays_like_scikit_learn():
         model.predict(flat[["x", "z", "y"]].to_numpy())
     with pytest.raises(ValueError, match="2D array"):
         model.predict(X[:, 0])
+
+
+# feature values the engine rejects are rejected by the models too (the same check)
+MODEL_FEATURE_VALUES = [
+    ("numeric string", ["1.5", 2.0], "'1.5'"),
+    ("boolean", [1.0, True], "True"),
+    ("None", [1.0, None], "None"),
+    ("pandas NA", [pd.NA, 1.0], "<NA>"),
+    ("date", [1.0, pd.Timestamp("2024-01-02")], "Timestamp('2024-01-02"),
+    ("complex", [1.0, 2j], "2j"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "values", "value"), MODEL_FEATURE_VALUES, ids=[c[0] for c in MODEL_FEATURE_VALUES]
+)
+def test_join_regressor_predict_rejects_what_the_engine_rejects(name, values, value):
+    r, s = join_data()
+    schemas = {"R": ["k", "x", "c", "y"], "S": ["k", "z"]}
+    model = JoinRegressor(schemas, "y", ["x", "c", "z"], ["c"], solver="cholesky")
+    model.fit({"R": r, "S": s})
+    rows = pd.DataFrame({"x": values, "c": ["a", "b"], "z": [0.5, 1.0]}, dtype=object)
+    with pytest.raises(BatchError) as caught:
+        model.predict(rows)
+    assert (caught.value.column, caught.value.relation) == ("x", None)
+    assert "column 'x'" in str(caught.value) and value in str(caught.value)
+    with pytest.raises(BatchError):  # a mapping of columns goes the same way
+        model.predict({"x": values, "c": ["a", "b"], "z": [0.5, 1.0]})
+    # the same rows with real numbers are fine, as a frame or as rows of mixed values
+    good = pd.DataFrame({"x": [1.5, 2.0], "c": ["a", "b"], "z": [0.5, 1.0]})
+    expected = model.predict(good)
+    for same in (good.astype(object), good.to_numpy().tolist(), good.astype({"x": "Float64"})):
+        np.testing.assert_allclose(model.predict(same), expected)
+
+
+@pytest.mark.parametrize(
+    ("name", "values", "value"), MODEL_FEATURE_VALUES, ids=[c[0] for c in MODEL_FEATURE_VALUES]
+)
+@pytest.mark.parametrize("first", [True, False])
+def test_join_chow_liu_continuous_columns_reject_what_the_engine_rejects(
+    name, values, value, first
+):
+    """Continuous variables are binned before the engine sees them: the binning checks the
+    values the same way (before: numeric strings coerced, booleans read as 0/1)."""
+    model = JoinChowLiu(RELS, ["x", "y"], continuous=["x"], n_bins=4)
+    model.fit({"S": data()["S"]} if first else data())
+    before = (model.mutual_info_.copy(), model.n_samples_seen_, dict(model.binners_))
+    rows = pd.DataFrame({"k": [1, 2], "x": values}, dtype=object)
+    with pytest.raises(BatchError) as caught:
+        model.partial_fit({"R": rows})
+    check_error(caught.value, "R", "x", value)
+    pd.testing.assert_frame_equal(model.mutual_info_, before[0])
+    assert (model.n_samples_seen_, model.binners_) == before[1:]
+    model.partial_fit({"R": rows.assign(x=[1.5, 2.0])})  # real numbers are fine
+    assert model.n_samples_seen_ == before[1] + 3  # k=1 joins one S row, k=2 two
 
 
 # ------------------------------------------------------------------ 10. unseen categories
