@@ -72,14 +72,21 @@ class VariableOrder:
         Names of atoms (relations) at leaves are accepted and ignored: atoms always hang under
         their lowest variable.  ``X...{R}`` (or ``X…{R}``) is a chain that starts at ``X`` and
         continues with the variables of the atoms inside the braces not placed elsewhere.
-        Names are letters, digits, ``_`` and ``.`` (not starting with a digit); any other
-        character raises :class:`VariableOrderError` with its position.
+        Names are letters, digits, ``_`` and ``.`` (not starting with a digit), separated by
+        ``,``; any other character, and a name or ``{`` where neither may stand, raises
+        :class:`VariableOrderError` with its position.
         """
-        tokens = _tokens(text)
+        tokens, starts = _tokens(text)
         if not tokens:
             raise VariableOrderError("empty variable order")
         atom_names = {a.name for a in query.atoms} if query is not None else set()
         position = 0
+
+        def unexpected(why: str) -> VariableOrderError:
+            token, at = tokens[position], starts[position]
+            return VariableOrderError(
+                f"unexpected {token!r} at position {at} in variable order {text!r}: {why}"
+            )
 
         def parse_list() -> list:
             nonlocal position
@@ -89,10 +96,14 @@ class VariableOrder:
                     position += 1
                     continue
                 items.append(parse_item())
+                if position < len(tokens) and tokens[position] not in ",}":
+                    raise unexpected("siblings are separated by ','")
             return items
 
         def parse_item():
             nonlocal position
+            if tokens[position] == "{":
+                raise unexpected("'{' follows the name of the variable it opens")
             name = tokens[position]
             position += 1
             subtree: list = []
@@ -106,7 +117,7 @@ class VariableOrder:
 
         items = parse_list()
         if position != len(tokens):
-            raise VariableOrderError(f"unexpected {tokens[position]!r} in variable order {text!r}")
+            raise unexpected("'}' closes no '{'")
         explicit = set()
 
         def collect(item) -> None:
@@ -343,9 +354,10 @@ class VariableOrder:
 _TOKEN = re.compile(r"\s*(?:([^\W\d][\w.]*…?)|([{},]))")
 
 
-def _tokens(text: str) -> list[str]:
-    """Names and brackets of the variable-order text format; junk raises with its position."""
-    tokens = []
+def _tokens(text: str) -> tuple[list[str], list[int]]:
+    """Names and brackets of the variable-order text format and where each starts; junk
+    raises with its position."""
+    tokens, starts = [], []
     position = 0
     end = len(text.rstrip())
     while position < end:
@@ -357,8 +369,9 @@ def _tokens(text: str) -> list[str]:
                 f"are letters, digits, '_' and '.'; the other characters are '{{', '}}' and ','"
             )
         tokens.append(match.group(1) or match.group(2))
+        starts.append(match.start(1) if match.group(1) else match.start(2))
         position = match.end()
-    return tokens
+    return tokens, starts
 
 
 # ---------------------------------------------------------------------- query classes

@@ -351,6 +351,33 @@ def test_junk_in_variable_order_text_is_rejected_with_its_position(text, junk):
     assert str(rm.Maintainer(q, order=clean).order) == "k{x, y}"
 
 
+@pytest.mark.parametrize(
+    ("text", "at", "junk"),
+    [
+        ("k{x y}", 4, "y"),  # was read as k{x, y}
+        ("k{ x{R} y{S} }", 8, "y"),
+        ("k x{R}, y{S}", 2, "x"),
+        ("k{x} y", 5, "y"),
+        ("{k{x, y}}", 0, "{"),
+        ("k{{x, y}}", 2, "{"),
+        ("k{x, y}}", 7, "}"),
+    ],
+)
+def test_names_without_commas_or_stray_brackets_are_rejected_with_their_position(text, at, junk):
+    q = rm.Query({"R": ["k", "x"], "S": ["k", "y"]})
+    assert text[at] == junk
+    for parse in (
+        lambda: rm.VariableOrder.parse(text, q),
+        lambda: rm.Maintainer(q, order=text),
+    ):
+        with pytest.raises(VariableOrderError) as caught:
+            parse()
+        assert f"unexpected {junk!r} at position {at}" in str(caught.value)
+    # commas, also extra ones, are what separates names
+    for clean in ("k{x, y}", "k{ x{R}, y{S} }", "k{,x,,y,}", "k{x,y},"):
+        assert str(rm.VariableOrder.parse(clean, q)) == "k{x, y}"
+
+
 # ------------------------------------------------------------------ 6. wrong types
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_wrong_argument_types_raise_a_type_error_saying_what_is_expected(strategy):
