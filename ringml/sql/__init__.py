@@ -1,0 +1,37 @@
+"""SQL views on the F-IVM engine (GraphIVM-style): ``CREATE TABLE`` catalogs, views defined
+by SELECT statements, kept fresh through inserts, deletes and updates, read as DataFrames or
+Arrow tables or subscribed to as diffs.
+
+Parsing is sqlglot's (imported here, never by ``import ringml``); the compiler binds names,
+checks types and turns a SELECT into one engine query over its FROM items; errors name the
+construct and its line and column.
+"""
+
+from .catalog import Catalog, TableSchema
+from .compiler import compile_view
+from .errors import (
+    SqlError,
+    SqlNameError,
+    SqlSemanticError,
+    SqlSyntaxError,
+    SqlTypeError,
+    SqlUnsupportedError,
+)
+from .logical import ViewPlan
+from .views import Database, Subscription, View
+
+__all__ = [
+    "Catalog",
+    "Database",
+    "SqlError",
+    "SqlNameError",
+    "SqlSemanticError",
+    "SqlSyntaxError",
+    "SqlTypeError",
+    "SqlUnsupportedError",
+    "Subscription",
+    "TableSchema",
+    "View",
+    "ViewPlan",
+    "compile_view",
+]

@@ -1,0 +1,385 @@
+"""The catalog: tables with typed columns, from ``CREATE TABLE`` DDL or a mapping, and the
+type check that turns a batch of rows into typed numpy columns.
+
+Column types are five kinds: ``int`` (INTEGER, BIGINT, ... -> int64), ``float`` (DOUBLE,
+REAL, DECIMAL, NUMERIC -> float64), ``str`` (VARCHAR, TEXT, CHAR -> Python strings),
+``date`` (DATE, TIMESTAMP -> datetime64[ns]) and ``bool`` (BOOLEAN).  Values are never NULL:
+a batch holding None/NaN/NaT is rejected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from pandas.api.types import infer_dtype
+
+from ..batch import as_frame
+from ..errors import BatchError, InputTypeError
+from .errors import SqlError, SqlNameError, SqlSyntaxError, SqlTypeError, position_of
+
+KINDS = ("int", "float", "str", "date", "bool")
+
+_TYPE_NAMES = {
+    "int": (
+        "INT",
+        "INTEGER",
+        "BIGINT",
+        "SMALLINT",
+        "TINYINT",
+        "INT2",
+        "INT4",
+        "INT8",
+        "LONG",
+        "SHORT",
+        "UINT",
+        "UBIGINT",
+        "USMALLINT",
+        "UTINYINT",
+        "MEDIUMINT",
+    ),
+    "float": (
+        "DOUBLE",
+        "FLOAT",
+        "REAL",
+        "DECIMAL",
+        "NUMERIC",
+        "FLOAT4",
+        "FLOAT8",
+        "MONEY",
+        "DOUBLE PRECISION",
+        "BIGDECIMAL",
+    ),
+    "str": ("VARCHAR", "TEXT", "CHAR", "NCHAR", "NVARCHAR", "STRING", "BPCHAR", "NAME"),
+    "date": ("DATE", "TIMESTAMP", "DATETIME", "TIMESTAMPNTZ", "DATE32", "DATETIME64"),
+    "bool": ("BOOLEAN", "BOOL"),
+}
+_KIND_OF = {name: kind for kind, names in _TYPE_NAMES.items() for name in names}
+SQL_NAME = {"int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR", "date": "DATE", "bool": "BOOLEAN"}
+
+
+def type_kind(name: str) -> str:
+    """The kind (``int``, ``float``, ``str``, ``date``, ``bool``) of a SQL type name."""
+    if not isinstance(name, str):
+        raise SqlTypeError(f"a column type must be a SQL type name, got {name!r}")
+    base = name.strip().upper().split("(")[0].strip()
+    if base in KINDS or base.lower() in KINDS:
+        return base.lower()
+    if base not in _KIND_OF:
+        raise SqlTypeError(
+            f"unsupported column type {name!r}; use INTEGER/BIGINT, DOUBLE/REAL/DECIMAL, "
+            "VARCHAR/TEXT/CHAR, DATE/TIMESTAMP or BOOLEAN",
+            construct=name,
+        )
+    return _KIND_OF[base]
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    """A table: its name, column names and their kinds."""
+
+    name: str
+    columns: tuple[str, ...]
+    types: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.columns:
+            raise SqlTypeError(f"table {self.name!r} has no columns")
+        lowered = [c.lower() for c in self.columns]
+        if len(set(lowered)) != len(lowered):
+            twice = next(c for c in self.columns if lowered.count(c.lower()) > 1)
+            raise SqlNameError(f"table {self.name!r} declares column {twice!r} twice")
+
+    def type_of(self, column: str) -> str:
+        return self.types[self.columns.index(column)]
+
+    def find(self, column: str) -> str | None:
+        """The declared name of ``column`` (exact, else case-insensitive), or None."""
+        if column in self.columns:
+            return column
+        matches = [c for c in self.columns if c.lower() == column.lower()]
+        return matches[0] if len(matches) == 1 else None
+
+    def conform(self, rows: object) -> pd.DataFrame:
+        """``rows`` as a frame of exactly this table's columns, typed (int64, float64,
+        objects holding str, datetime64[ns], bool); :class:`BatchError` otherwise."""
+        frame = as_frame(rows, self.name)
+        if frame.columns.has_duplicates:
+            twice = frame.columns[frame.columns.duplicated()][0]
+            raise BatchError(
+                f"table {self.name!r}: the rows have column {twice!r} twice", self.name, twice
+            )
+        names = [str(c) for c in frame.columns]
+        missing = [c for c in self.columns if c not in names]
+        extra = [c for c in names if c not in self.columns]
+        if missing or extra:
+            raise BatchError(
+                f"table {self.name!r} has columns {list(self.columns)}; the rows lack "
+                f"{missing} and have extra {extra}",
+                self.name,
+                (missing or extra)[0],
+            )
+        data = {
+            c: conform_column(self.name, c, kind, frame[c])
+            for c, kind in zip(self.columns, self.types, strict=True)
+        }
+        return pd.DataFrame(data, index=pd.RangeIndex(len(frame)))
+
+
+def _reject(table: str, column: str, kind: str, values: np.ndarray, bad: np.ndarray, why: str):
+    at = int(np.flatnonzero(bad)[0])
+    value = values[at]
+    if isinstance(value, np.generic):
+        value = value.item()
+    raise BatchError(
+        f"table {table!r}, column {column!r} ({SQL_NAME[kind]}): value {value!r} (row {at}) {why}",
+        table,
+        column,
+        value,
+    )
+
+
+def conform_column(table: str, column: str, kind: str, series: pd.Series) -> np.ndarray:
+    """One column's values as the numpy array of its kind (no NULLs, nothing lossy)."""
+    extension = isinstance(series.dtype, pd.api.extensions.ExtensionDtype)
+    values = series.to_numpy(dtype=object) if extension else series.to_numpy()
+    n = values.shape[0]
+    if values.dtype.kind == "O" and n:
+        missing = np.asarray(pd.isna(values), dtype=bool)
+        if missing.any():
+            _reject(table, column, kind, values, missing, "is NULL; tables hold no NULLs")
+    kind_of = values.dtype.kind
+    inferred = infer_dtype(values, skipna=False) if kind_of == "O" else None
+    if kind == "int":
+        if kind_of in "iu":
+            if kind_of == "u" and n and values.max() > np.iinfo(np.int64).max:
+                _reject(
+                    table,
+                    column,
+                    kind,
+                    values,
+                    values > np.iinfo(np.int64).max,
+                    "does not fit in BIGINT",
+                )
+            return values.astype(np.int64)
+        if kind_of == "f" or inferred in ("floating", "mixed-integer-float", "decimal"):
+            as_float = values.astype(np.float64)
+            bad = ~np.isfinite(as_float) | (as_float != np.round(as_float))
+            if bad.any():
+                _reject(table, column, kind, values, bad, "is not an integer")
+            return as_float.astype(np.int64)
+        if inferred in ("integer", "empty") or (kind_of == "O" and n == 0):
+            try:
+                return np.asarray(values.tolist(), dtype=np.int64).reshape(n)
+            except OverflowError:
+                big = np.asarray([abs(v) >= 2**63 for v in values.tolist()])
+                _reject(table, column, kind, values, big, "does not fit in BIGINT")
+        _reject(table, column, kind, values, _not_number(values), "is not a number")
+    if kind == "float":
+        if kind_of in "iuf" or inferred in (
+            "integer",
+            "floating",
+            "mixed-integer-float",
+            "decimal",
+            "empty",
+        ):
+            out = values.astype(np.float64)
+            bad = ~np.isfinite(out)
+            if bad.any():
+                _reject(table, column, kind, values, bad, "is not a finite number (NULL?)")
+            return out
+        _reject(table, column, kind, values, _not_number(values), "is not a number")
+    if kind == "str":
+        if kind_of in "US":
+            return values.astype(object)
+        if kind_of == "O" and inferred in ("string", "empty"):
+            return values
+        bad = np.asarray([not isinstance(v, str) for v in values.tolist()], dtype=bool)
+        if not bad.any():
+            bad[0] = True
+        _reject(table, column, kind, values, bad, "is not a string")
+    if kind == "date":
+        if kind_of == "M":
+            out = values.astype("datetime64[ns]")
+            bad = np.isnat(out)
+            if bad.any():
+                _reject(table, column, kind, values, bad, "is NULL; tables hold no NULLs")
+            return out
+        if kind_of == "O" and inferred in ("date", "datetime", "datetime64", "string", "empty"):
+            try:
+                converted = pd.to_datetime(pd.Series(values), format="ISO8601")
+            except (ValueError, TypeError, OverflowError):
+                converted = pd.to_datetime(pd.Series(values), format="ISO8601", errors="coerce")
+                _reject(table, column, kind, values, converted.isna().to_numpy(), "is not a date")
+            if getattr(converted.dtype, "tz", None) is not None:
+                _reject(table, column, kind, values, np.ones(n, bool), "has a time zone")
+            return converted.to_numpy().astype("datetime64[ns]")
+        _reject(table, column, kind, values, np.ones(n, dtype=bool), "is not a date")
+    if kind == "bool":
+        if kind_of == "b":
+            return values
+        if kind_of == "O" and inferred in ("boolean", "empty"):
+            return values.astype(bool)
+        _reject(table, column, kind, values, np.ones(n, dtype=bool), "is not a boolean")
+    raise AssertionError(kind)
+
+
+def _not_number(values: np.ndarray) -> np.ndarray:
+    """Rows that are not real numbers (error path only)."""
+    import numbers
+
+    return np.asarray(
+        [
+            isinstance(v, bool | np.bool_) or not isinstance(v, numbers.Real | np.number)
+            for v in values.tolist()
+        ],
+        dtype=bool,
+    )
+
+
+class Catalog:
+    """Tables by name (matched case-insensitively, like SQL identifiers).
+
+    ``Catalog({"House": {"postcode": "INTEGER", "price": "DOUBLE"}})``, a mapping to
+    ``[(column, type), ...]``, or ``Catalog("CREATE TABLE House (postcode INT, ...); ...")``.
+    """
+
+    def __init__(self, tables: Mapping[str, object] | str | None = None) -> None:
+        self._tables: dict[str, TableSchema] = {}
+        if tables is None:
+            return
+        if isinstance(tables, str):
+            schemas = parse_ddl(tables)
+        elif isinstance(tables, Mapping):
+            schemas = [_schema_from(name, cols) for name, cols in tables.items()]
+        else:
+            raise InputTypeError(
+                "a catalog is built from CREATE TABLE text or a mapping table -> "
+                f"{{column: type}}; got {type(tables).__name__}"
+            )
+        staged = Catalog()
+        for schema in schemas:
+            staged.add(schema)
+        self._tables = staged._tables
+
+    def add(self, schema: TableSchema) -> None:
+        """Add a table; :class:`SqlNameError` if one of that name exists (nothing changes)."""
+        if self.find(schema.name) is not None:
+            raise SqlNameError(f"table {schema.name!r} already exists", construct=schema.name)
+        self._tables[schema.name] = schema
+
+    def find(self, name: str) -> TableSchema | None:
+        """The table called ``name`` (exact, else case-insensitive), or None."""
+        if name in self._tables:
+            return self._tables[name]
+        matches = [t for n, t in self._tables.items() if n.lower() == name.lower()]
+        return matches[0] if len(matches) == 1 else None
+
+    def table(self, name: str) -> TableSchema:
+        """The table called ``name``; :class:`SqlNameError` naming the known tables."""
+        found = self.find(name)
+        if found is None:
+            raise SqlNameError(
+                f"unknown table {name!r}; the catalog has {sorted(self._tables)}", construct=name
+            )
+        return found
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.find(name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tables)
+
+    def __len__(self) -> int:
+        return len(self._tables)
+
+    def copy(self) -> Catalog:
+        out = Catalog()
+        out._tables = dict(self._tables)
+        return out
+
+    def __repr__(self) -> str:
+        parts = []
+        for t in self._tables.values():
+            columns = zip(t.columns, t.types, strict=True)
+            parts.append(f"{t.name}({', '.join(f'{c} {SQL_NAME[k]}' for c, k in columns)})")
+        return f"Catalog({'; '.join(parts)})"
+
+
+def _schema_from(name: object, columns: object) -> TableSchema:
+    if not isinstance(name, str) or not name:
+        raise InputTypeError(f"table names are non-empty strings, got {name!r}")
+    if isinstance(columns, Mapping):
+        pairs = list(columns.items())
+    elif isinstance(columns, Sequence) and not isinstance(columns, str):
+        pairs = list(columns)
+        if not all(
+            isinstance(p, Sequence) and not isinstance(p, str) and len(p) == 2 for p in pairs
+        ):
+            raise InputTypeError(
+                f"table {name!r}: columns are a mapping column -> type or a list of "
+                f"(column, type) pairs; got {columns!r:.80}"
+            )
+    else:
+        raise InputTypeError(
+            f"table {name!r}: columns are a mapping column -> SQL type, got {columns!r:.80}"
+        )
+    for column, _ in pairs:
+        if not isinstance(column, str) or not column:
+            raise InputTypeError(f"table {name!r}: column names are strings, got {column!r}")
+    return TableSchema(name, tuple(c for c, _ in pairs), tuple(type_kind(t) for _, t in pairs))
+
+
+def parse_ddl(text: str) -> list[TableSchema]:
+    """The tables of ``CREATE TABLE`` statements (constraints are accepted and ignored)."""
+    from sqlglot import exp
+
+    from .parse import parse_statements
+
+    schemas = []
+    for statement in parse_statements(text):
+        if not isinstance(statement, exp.Create) or str(statement.args.get("kind")).upper() != (
+            "TABLE"
+        ):
+            raise SqlSyntaxError(
+                f"expected CREATE TABLE, got {statement.sql()[:60]!r}",
+                _start(text, statement),
+                type(statement).__name__,
+            )
+        target = statement.this
+        if not isinstance(target, exp.Schema) or not isinstance(target.this, exp.Table):
+            raise SqlSyntaxError(
+                "CREATE TABLE needs a column list (CREATE TABLE ... AS SELECT is not supported)",
+                _start(text, statement),
+                "CREATE TABLE AS",
+            )
+        columns = []
+        for definition in target.expressions:
+            if not isinstance(definition, exp.ColumnDef):
+                continue  # a table constraint (PRIMARY KEY (...), ...)
+            kind = definition.args.get("kind")
+            if kind is None:
+                raise SqlTypeError(
+                    f"column {definition.name!r} has no type",
+                    _start(text, definition),
+                    definition.name,
+                )
+            type_name = kind.sql(dialect="duckdb")
+            try:
+                columns.append((definition.name, type_kind(type_name)))
+            except SqlError as error:
+                raise SqlTypeError(str(error), _start(text, definition), type_name) from None
+        schemas.append(
+            TableSchema(
+                target.this.name, tuple(c for c, _ in columns), tuple(k for _, k in columns)
+            )
+        )
+    return schemas
+
+
+def _start(text: str, node) -> tuple[int, int] | None:
+    from .parse import start_offset
+
+    return position_of(text, start_offset(node))

@@ -1,0 +1,847 @@
+"""Typed scalar expressions over the columns of one batch, evaluated on whole numpy columns.
+
+The compiler turns SQL expressions into these frozen nodes, checking types as it builds them
+(:class:`~ringml.sql.errors.SqlTypeError` at the construct's position); the views evaluate
+them on a batch's columns: per table alias (filters, computed join/group-by columns, the
+per-table factors of an aggregate) and after aggregation (HAVING, arithmetic over aggregates,
+ORDER BY keys).  Kinds are ``int``, ``float``, ``str``, ``date``, ``bool`` and ``null`` (the
+NULL literal).  Semantics follow DuckDB: NULL propagates through arithmetic and comparisons,
+AND/OR/NOT use three-valued logic, ``/`` is floating-point division (``x / 0`` is ±inf),
+integer arithmetic that leaves int64 is an error.
+
+Evaluation returns ``(values, null)``: an array of the batch's length and a bool mask of its
+NULL rows (or None when there is none).
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .errors import SqlTypeError, SqlUnsupportedError
+
+NUMBERS = ("int", "float")
+DTYPES = {
+    "int": np.dtype(np.int64),
+    "float": np.dtype(np.float64),
+    "str": np.dtype(object),
+    "date": np.dtype("datetime64[ns]"),
+    "bool": np.dtype(bool),
+    "null": np.dtype(object),
+}
+_FILL = {
+    "int": 0,
+    "float": 0.0,
+    "str": "",
+    "date": np.datetime64(0, "ns"),
+    "bool": False,
+    "null": None,
+}
+_SQL_TYPE = {
+    "int": "BIGINT",
+    "float": "DOUBLE",
+    "str": "VARCHAR",
+    "date": "DATE",
+    "bool": "BOOLEAN",
+    "null": "NULL",
+}
+
+
+class EvaluationError(Exception):
+    """A value a batch cannot be evaluated on (an int64 overflow, a bad cast); the caller
+    names the table and column."""
+
+    def __init__(self, message: str, value: Any = None) -> None:
+        super().__init__(message)
+        self.value = value
+
+
+Result = tuple[np.ndarray, "np.ndarray | None"]
+
+
+# ------------------------------------------------------------------------------ nodes
+@dataclass(frozen=True)
+class Expr:
+    """A typed expression; ``kind`` is its value kind.  Equality is structural (positions
+    are not compared)."""
+
+    @property
+    def kind(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def nullable(self) -> bool:
+        """Whether some row may evaluate to NULL (table columns never hold NULL)."""
+        return any(c.nullable for c in self.children())
+
+    def children(self) -> tuple[Expr, ...]:
+        out = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Expr):
+                out.append(value)
+            elif isinstance(value, tuple):
+                for item in value:
+                    if isinstance(item, Expr):
+                        out.append(item)
+                    elif isinstance(item, tuple):
+                        out.extend(x for x in item if isinstance(x, Expr))
+        return tuple(out)
+
+    def map(self, fn: Callable[[Expr], Expr]) -> Expr:
+        """This node with ``fn`` applied to each direct child."""
+        changes = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Expr):
+                changes[f.name] = fn(value)
+            elif isinstance(value, tuple) and any(isinstance(x, Expr | tuple) for x in value):
+                changes[f.name] = tuple(
+                    fn(x)
+                    if isinstance(x, Expr)
+                    else tuple(fn(y) if isinstance(y, Expr) else y for y in x)
+                    if isinstance(x, tuple)
+                    else x
+                    for x in value
+                )
+        return replace(self, **changes) if changes else self
+
+    def walk(self):
+        yield self
+        for child in self.children():
+            yield from child.walk()
+
+    def sources(self) -> frozenset[str]:
+        """The aliases whose columns the expression reads."""
+        return frozenset(n.source for n in self.walk() if isinstance(n, Col))
+
+    def columns(self) -> frozenset[str]:
+        """The names of the columns the expression reads."""
+        return frozenset(n.name for n in self.walk() if isinstance(n, Col))
+
+    def sql(self) -> str:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.sql()
+
+    def evaluate(self, env: Mapping[str, np.ndarray], n: int) -> Result:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Col(Expr):
+    """A column: of table alias ``source``, or a slot of the aggregated result (``""``)."""
+
+    source: str
+    name: str
+    type: str
+
+    @property
+    def kind(self) -> str:
+        return self.type
+
+    @property
+    def nullable(self) -> bool:
+        return self.nulls
+
+    nulls: bool = False  # post-aggregation slots may hold NULL (SUM of no value)
+
+    def sql(self) -> str:
+        name = (
+            self.name
+            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name)
+            else ('"' + self.name.replace('"', '""') + '"')
+        )
+        return f"{self.source}.{name}" if self.source else name
+
+    def evaluate(self, env, n):
+        values = env[self.name]
+        if isinstance(values, tuple):
+            return values
+        return values, None
+
+
+@dataclass(frozen=True)
+class Lit(Expr):
+    """A constant: int, float (held as ``decimal.Decimal`` for exact folding), str, bool,
+    date (``numpy.datetime64`` in ns) or None."""
+
+    value: Any
+    type: str
+
+    @property
+    def kind(self) -> str:
+        return self.type
+
+    @property
+    def nullable(self) -> bool:
+        return self.value is None
+
+    def python(self) -> Any:
+        if isinstance(self.value, decimal.Decimal):
+            return float(self.value)
+        return self.value
+
+    def sql(self) -> str:
+        v = self.value
+        if v is None:
+            return "NULL"
+        if isinstance(v, bool):
+            return "TRUE" if v else "FALSE"
+        if isinstance(v, str):
+            return "'" + v.replace("'", "''") + "'"
+        if self.type == "date":
+            return f"TIMESTAMP '{pd.Timestamp(v)}'"
+        return str(v)
+
+    def evaluate(self, env, n):
+        if self.value is None:
+            return np.full(n, None, dtype=object), np.ones(n, dtype=bool)
+        value = self.python()
+        if self.type == "str":
+            out = np.empty(n, dtype=object)
+            out[:] = value
+            return out, None
+        return np.full(n, value, dtype=DTYPES[self.type]), None
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An INTERVAL literal (only ever added to or subtracted from a date)."""
+
+    months: int
+    days: int
+
+
+@dataclass(frozen=True)
+class Arith(Expr):
+    """``left op right`` for ``+ - * /`` on numbers (``/`` gives a float)."""
+
+    op: str
+    left: Expr
+    right: Expr
+
+    @property
+    def kind(self) -> str:
+        if self.op == "/" or "float" in (self.left.kind, self.right.kind):
+            return "float"
+        return "int"
+
+    def sql(self) -> str:
+        return f"({self.left.sql()} {self.op} {self.right.sql()})"
+
+    def evaluate(self, env, n):
+        lv, ln = self.left.evaluate(env, n)
+        rv, rn = self.right.evaluate(env, n)
+        null = _or(ln, rn)
+        if self.kind == "int":
+            lv, rv = lv.astype(np.int64, copy=False), rv.astype(np.int64, copy=False)
+            approx = _OPS[self.op](lv.astype(np.float64), rv.astype(np.float64))
+            big = np.abs(approx) >= 2.0**63
+            if null is not None:
+                big &= ~null
+            if big.any():
+                at = int(np.flatnonzero(big)[0])
+                raise EvaluationError(f"{self.sql()} overflows BIGINT", (lv[at], rv[at]))
+            with np.errstate(over="ignore"):
+                return _OPS[self.op](lv, rv), null
+        with np.errstate(all="ignore"):
+            out = _OPS[self.op](lv.astype(np.float64), rv.astype(np.float64))
+        return out, null
+
+
+_OPS: dict[str, Callable] = {
+    "+": np.add,
+    "-": np.subtract,
+    "*": np.multiply,
+    "/": np.true_divide,
+}
+
+
+@dataclass(frozen=True)
+class Neg(Expr):
+    operand: Expr
+
+    @property
+    def kind(self) -> str:
+        return self.operand.kind
+
+    def sql(self) -> str:
+        return f"(-{self.operand.sql()})"
+
+    def evaluate(self, env, n):
+        v, null = self.operand.evaluate(env, n)
+        if v.dtype.kind == "i" and v.size and v.min() == np.iinfo(np.int64).min:
+            raise EvaluationError(f"{self.sql()} overflows BIGINT", int(v.min()))
+        return np.negative(v), null
+
+
+@dataclass(frozen=True)
+class DateShift(Expr):
+    """A date plus (or minus) an interval of months and days."""
+
+    operand: Expr
+    months: int
+    days: int
+
+    @property
+    def kind(self) -> str:
+        return "date"
+
+    def sql(self) -> str:
+        return f"({self.operand.sql()} + INTERVAL '{self.months} months {self.days} days')"
+
+    def evaluate(self, env, n):
+        v, null = self.operand.evaluate(env, n)
+        out = pd.DatetimeIndex(v)
+        if self.months:
+            out = out + pd.DateOffset(months=self.months)
+        if self.days:
+            out = out + pd.Timedelta(days=self.days)
+        return out.to_numpy().astype("datetime64[ns]"), null
+
+
+@dataclass(frozen=True)
+class Cmp(Expr):
+    """``left op right`` for ``= <> < <= > >=``."""
+
+    op: str
+    left: Expr
+    right: Expr
+
+    @property
+    def kind(self) -> str:
+        return "bool"
+
+    def sql(self) -> str:
+        return f"({self.left.sql()} {self.op} {self.right.sql()})"
+
+    def evaluate(self, env, n):
+        lv, ln = self.left.evaluate(env, n)
+        rv, rn = self.right.evaluate(env, n)
+        null = _or(ln, rn)
+        if null is not None:  # object comparisons with None would raise
+            lv, rv = _filled(lv, null, self.left.kind), _filled(rv, null, self.right.kind)
+        with np.errstate(invalid="ignore"):
+            out = np.asarray(_CMP[self.op](lv, rv), dtype=bool)
+        return out, null
+
+
+_CMP: dict[str, Callable] = {
+    "=": np.equal,
+    "<>": np.not_equal,
+    "<": np.less,
+    "<=": np.less_equal,
+    ">": np.greater,
+    ">=": np.greater_equal,
+}
+
+
+@dataclass(frozen=True)
+class InList(Expr):
+    """``operand [NOT] IN (constants)``."""
+
+    operand: Expr
+    values: tuple[Lit, ...]
+    negate: bool = False
+
+    @property
+    def kind(self) -> str:
+        return "bool"
+
+    @property
+    def nullable(self) -> bool:
+        return self.operand.nullable or any(v.value is None for v in self.values)
+
+    def sql(self) -> str:
+        inner = ", ".join(v.sql() for v in self.values)
+        return f"({self.operand.sql()} {'NOT ' if self.negate else ''}IN ({inner}))"
+
+    def evaluate(self, env, n):
+        v, null = self.operand.evaluate(env, n)
+        present = [x.python() for x in self.values if x.value is not None]
+        hit = pd.Series(v).isin(present).to_numpy()
+        if any(x.value is None for x in self.values):  # x IN (.., NULL): NULL unless found
+            null = _or(null, ~hit)
+        return (~hit if self.negate else hit), null
+
+
+@dataclass(frozen=True)
+class Like(Expr):
+    """``operand [NOT] [I]LIKE pattern`` (``%`` any run, ``_`` one character)."""
+
+    operand: Expr
+    pattern: str
+    negate: bool = False
+    case_sensitive: bool = True
+
+    @property
+    def kind(self) -> str:
+        return "bool"
+
+    def sql(self) -> str:
+        word = "LIKE" if self.case_sensitive else "ILIKE"
+        pattern = self.pattern.replace("'", "''")
+        return f"({self.operand.sql()} {'NOT ' if self.negate else ''}{word} '{pattern}')"
+
+    def evaluate(self, env, n):
+        v, null = self.operand.evaluate(env, n)
+        regex = "".join(
+            ".*" if ch == "%" else "." if ch == "_" else re.escape(ch) for ch in self.pattern
+        )
+        text = pd.Series(_filled(v, null, "str"), dtype=object)
+        hit = text.str.fullmatch(regex, case=self.case_sensitive, flags=re.DOTALL)
+        hit = hit.fillna(False).to_numpy(dtype=bool)
+        return (~hit if self.negate else hit), null
+
+
+@dataclass(frozen=True)
+class IsNull(Expr):
+    operand: Expr
+    negate: bool = False
+
+    @property
+    def kind(self) -> str:
+        return "bool"
+
+    @property
+    def nullable(self) -> bool:
+        return False
+
+    def sql(self) -> str:
+        return f"({self.operand.sql()} IS {'NOT ' if self.negate else ''}NULL)"
+
+    def evaluate(self, env, n):
+        _, null = self.operand.evaluate(env, n)
+        out = np.zeros(n, dtype=bool) if null is None else null.copy()
+        return (~out if self.negate else out), None
+
+
+@dataclass(frozen=True)
+class Logic(Expr):
+    """``AND`` / ``OR`` of conditions (three-valued)."""
+
+    op: str
+    parts: tuple[Expr, ...]
+
+    @property
+    def kind(self) -> str:
+        return "bool"
+
+    def sql(self) -> str:
+        return "(" + f" {self.op.upper()} ".join(p.sql() for p in self.parts) + ")"
+
+    def evaluate(self, env, n):
+        decided = np.zeros(n, dtype=bool)  # a FALSE part (AND) / a TRUE part (OR)
+        unknown = np.zeros(n, dtype=bool)
+        for part in self.parts:
+            v, null = part.evaluate(env, n)
+            known = v if null is None else v & ~null
+            if self.op == "and":
+                decided |= ~v if null is None else ~v & ~null
+            else:
+                decided |= known
+            if null is not None:
+                unknown |= null
+        unknown &= ~decided
+        value = ~decided if self.op == "and" else decided
+        return value & ~unknown, (unknown if unknown.any() else None)
+
+
+@dataclass(frozen=True)
+class Not(Expr):
+    operand: Expr
+
+    @property
+    def kind(self) -> str:
+        return "bool"
+
+    def sql(self) -> str:
+        return f"(NOT {self.operand.sql()})"
+
+    def evaluate(self, env, n):
+        v, null = self.operand.evaluate(env, n)
+        return ~v, null
+
+
+@dataclass(frozen=True)
+class Case(Expr):
+    """``CASE WHEN cond THEN value ... [ELSE default] END`` (no ELSE: NULL)."""
+
+    whens: tuple[tuple[Expr, Expr], ...]
+    default: Expr | None
+    type: str
+
+    @property
+    def kind(self) -> str:
+        return self.type
+
+    @property
+    def nullable(self) -> bool:
+        branches = [v for _, v in self.whens] + ([self.default] if self.default else [])
+        return self.default is None or any(b.nullable for b in branches)
+
+    def sql(self) -> str:
+        parts = " ".join(f"WHEN {c.sql()} THEN {v.sql()}" for c, v in self.whens)
+        tail = f" ELSE {self.default.sql()}" if self.default is not None else ""
+        return f"CASE {parts}{tail} END"
+
+    def evaluate(self, env, n):
+        if self.default is None:
+            out = np.full(n, _FILL[self.type], dtype=DTYPES[self.type])
+            null = np.ones(n, dtype=bool)
+        else:
+            v, vn = self.default.evaluate(env, n)
+            out = _as_kind(v, self.type).copy()
+            null = np.zeros(n, dtype=bool) if vn is None else vn.copy()
+        for cond, value in reversed(self.whens):
+            c, cn = cond.evaluate(env, n)
+            take = c if cn is None else c & ~cn
+            if not take.any():
+                continue
+            v, vn = value.evaluate(env, n)
+            out[take] = _as_kind(v, self.type)[take]
+            null[take] = False if vn is None else vn[take]
+        return out, (null if null.any() else None)
+
+
+@dataclass(frozen=True)
+class Extract(Expr):
+    """``EXTRACT(part FROM date)``."""
+
+    part: str
+    operand: Expr
+
+    @property
+    def kind(self) -> str:
+        return "int"
+
+    def sql(self) -> str:
+        return f"EXTRACT({self.part.upper()} FROM {self.operand.sql()})"
+
+    def evaluate(self, env, n):
+        v, null = self.operand.evaluate(env, n)
+        index = pd.DatetimeIndex(v)
+        if self.part == "dow":  # DuckDB: Sunday is 0
+            out = (index.dayofweek.to_numpy() + 1) % 7
+        elif self.part == "isodow":
+            out = index.dayofweek.to_numpy() + 1
+        else:
+            out = getattr(index, _PARTS[self.part]).to_numpy()
+        return np.asarray(out, dtype=np.int64), null
+
+
+_PARTS = {
+    "year": "year",
+    "month": "month",
+    "day": "day",
+    "quarter": "quarter",
+    "doy": "dayofyear",
+    "hour": "hour",
+    "minute": "minute",
+    "second": "second",
+    "dow": "dayofweek",
+    "isodow": "dayofweek",
+}
+
+
+@dataclass(frozen=True)
+class Func(Expr):
+    """A scalar function: ``abs``, ``lower``, ``upper``, ``length``, ``substring``,
+    ``coalesce``."""
+
+    name: str
+    args: tuple[Expr, ...]
+    type: str
+
+    @property
+    def kind(self) -> str:
+        return self.type
+
+    @property
+    def nullable(self) -> bool:
+        if self.name == "coalesce":
+            return all(a.nullable for a in self.args)
+        return super().nullable
+
+    def sql(self) -> str:
+        return f"{self.name}({', '.join(a.sql() for a in self.args)})"
+
+    def evaluate(self, env, n):
+        values = [a.evaluate(env, n) for a in self.args]
+        if self.name == "coalesce":
+            out = np.full(n, _FILL[self.type], dtype=DTYPES[self.type])
+            null = np.ones(n, dtype=bool)
+            for v, vn in reversed(values):
+                take = np.ones(n, dtype=bool) if vn is None else ~vn
+                out[take] = _as_kind(v, self.type)[take]
+                null[take] = False
+            return out, (null if null.any() else None)
+        null = None
+        for _, vn in values:
+            null = _or(null, vn)
+        v = values[0][0]
+        if self.name == "abs":
+            return np.abs(v), null
+        text = pd.Series(_filled(v, null, "str"), dtype=object).str
+        if self.name == "lower":
+            return text.lower().to_numpy(dtype=object), null
+        if self.name == "upper":
+            return text.upper().to_numpy(dtype=object), null
+        if self.name == "length":
+            return text.len().to_numpy(dtype=np.int64), null
+        if self.name == "substring":  # 1-based start, optional length (literals)
+            start = int(values[1][0][0]) if n else 1
+            length = int(values[2][0][0]) if len(values) > 2 and n else None
+            begin = max(start - 1, 0)
+            end = None if length is None else max(start - 1 + length, 0)
+            return text.slice(begin, end).to_numpy(dtype=object), null
+        raise AssertionError(self.name)
+
+
+@dataclass(frozen=True)
+class Cast(Expr):
+    """``CAST(operand AS type)`` between numbers, and from text to numbers or dates."""
+
+    operand: Expr
+    type: str
+
+    @property
+    def kind(self) -> str:
+        return self.type
+
+    def sql(self) -> str:
+        return f"CAST({self.operand.sql()} AS {_SQL_TYPE[self.type]})"
+
+    def evaluate(self, env, n):
+        v, null = self.operand.evaluate(env, n)
+        source = self.operand.kind
+        if source == self.type:
+            return v, null
+        try:
+            if self.type == "float":
+                return pd.to_numeric(pd.Series(_filled(v, null, source))).to_numpy(
+                    dtype=np.float64
+                ), null
+            if self.type == "int":
+                x = pd.to_numeric(pd.Series(_filled(v, null, source))).to_numpy()
+                if x.dtype.kind == "f":  # DuckDB rounds half away from zero
+                    x = np.trunc(x + np.copysign(0.5, x))
+                    if np.any(np.abs(x) >= 2.0**63):
+                        raise EvaluationError(f"{self.sql()} overflows BIGINT")
+                return x.astype(np.int64), null
+            if self.type == "date":
+                out = pd.to_datetime(pd.Series(_filled(v, null, source)), format="ISO8601")
+                return out.to_numpy().astype("datetime64[ns]"), null
+            if self.type == "str":
+                return np.asarray(pd.Series(v).astype(str), dtype=object), null
+        except (ValueError, TypeError, OverflowError) as error:
+            raise EvaluationError(f"{self.sql()}: {error}") from None
+        raise AssertionError(self.type)
+
+
+@dataclass(frozen=True)
+class AggRef(Expr):
+    """An aggregate call inside a post-aggregation expression, before it gets a slot
+    (compile time only)."""
+
+    index: int
+    type: str
+    nulls: bool = field(default=False)
+
+    @property
+    def kind(self) -> str:
+        return self.type
+
+    @property
+    def nullable(self) -> bool:
+        return self.nulls
+
+    def sql(self) -> str:
+        return f"#agg{self.index}"
+
+
+# ------------------------------------------------------------------------------ helpers
+def _or(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a | b
+
+
+def _filled(values: np.ndarray, null: np.ndarray | None, kind: str) -> np.ndarray:
+    """``values`` with NULL rows replaced by a harmless value of their kind."""
+    if null is None or not null.any():
+        return values
+    out = values.copy()
+    out[null] = _FILL.get(kind, 0) if kind != "null" else 0
+    return out
+
+
+def _as_kind(values: np.ndarray, kind: str) -> np.ndarray:
+    if kind == "null":
+        return values
+    dtype = DTYPES[kind]
+    if values.dtype == dtype:
+        return values
+    if kind == "float" and values.dtype.kind == "O":  # an all-NULL branch
+        return np.zeros(values.shape[0], dtype=np.float64)
+    if values.dtype.kind == "O" and kind != "str":
+        return np.full(values.shape[0], _FILL[kind], dtype=dtype)
+    return values.astype(dtype)
+
+
+def truth(expr: Expr, env: Mapping[str, np.ndarray], n: int) -> np.ndarray:
+    """The rows where a condition is TRUE (not FALSE, not NULL)."""
+    v, null = expr.evaluate(env, n)
+    return v if null is None else v & ~null
+
+
+def as_numbers(expr: Expr, env: Mapping[str, np.ndarray], n: int) -> np.ndarray:
+    """A numeric expression's values with NULL as 0 (bools as 0/1)."""
+    v, null = expr.evaluate(env, n)
+    if v.dtype.kind == "b":
+        v = v.astype(np.int64)
+    if null is not None and null.any():
+        v = v.copy()
+        v[null] = 0
+    return v
+
+
+# ------------------------------------------------------------------------------ typing
+def unify(kinds: list[str], what: str, position=None) -> str:
+    """The common kind of values meeting in a CASE / COALESCE / comparison."""
+    real = [k for k in kinds if k != "null"]
+    if not real:
+        return "null"
+    if all(k in NUMBERS for k in real):
+        return "float" if "float" in real else "int"
+    if len(set(real)) == 1:
+        return real[0]
+    raise SqlTypeError(
+        f"{what} mixes {' and '.join(sorted({_SQL_TYPE[k] for k in real}))} values",
+        position,
+        what,
+    )
+
+
+def comparable(left: Expr, right: Expr, what: str, position=None) -> None:
+    """:class:`SqlTypeError` unless ``left`` and ``right`` can be compared."""
+    kinds = {left.kind, right.kind} - {"null"}
+    if len(kinds) <= 1 or kinds <= set(NUMBERS):
+        return
+    raise SqlTypeError(
+        f"cannot compare {_describe(left)} with {_describe(right)} in {what}", position, what
+    )
+
+
+def _describe(expr: Expr) -> str:
+    return f"{expr.sql()} ({_SQL_TYPE[expr.kind]})"
+
+
+def require(expr: Expr, kinds: tuple[str, ...], what: str, position=None) -> None:
+    """:class:`SqlTypeError` unless ``expr`` is of one of ``kinds`` (or NULL)."""
+    if expr.kind not in kinds and expr.kind != "null":
+        wanted = " or ".join(_SQL_TYPE[k] for k in kinds)
+        raise SqlTypeError(f"{what} needs {wanted}, got {_describe(expr)}", position, what)
+
+
+def date_literal(text: str, position=None) -> Lit:
+    """A DATE/TIMESTAMP literal from its text."""
+    try:
+        stamp = pd.Timestamp(text)
+    except (ValueError, TypeError):
+        raise SqlTypeError(f"{text!r} is not a date", position, text) from None
+    if stamp is pd.NaT or stamp.tzinfo is not None:
+        raise SqlTypeError(f"{text!r} is not a date without time zone", position, text)
+    return Lit(np.datetime64(stamp.to_datetime64(), "ns"), "date")
+
+
+def literal(value: Any) -> Lit:
+    """A literal from a Python value."""
+    if value is None:
+        return Lit(None, "null")
+    if isinstance(value, bool | np.bool_):
+        return Lit(bool(value), "bool")
+    if isinstance(value, int | np.integer):
+        return Lit(int(value), "int")
+    if isinstance(value, decimal.Decimal):
+        return Lit(
+            value,
+            "int"
+            if value == value.to_integral_value()
+            and "." not in str(value)
+            and "e" not in str(value).lower()
+            else "float",
+        )
+    if isinstance(value, float | np.floating):
+        return Lit(decimal.Decimal(repr(float(value))), "float")
+    if isinstance(value, str):
+        return Lit(value, "str")
+    if isinstance(value, datetime.date | np.datetime64 | pd.Timestamp):
+        return date_literal(str(pd.Timestamp(value)))
+    raise SqlUnsupportedError(f"literal {value!r} of type {type(value).__name__}")
+
+
+def fold(expr: Expr) -> Expr:
+    """``expr`` as a literal when it reads no column (and evaluates without error)."""
+    if (
+        isinstance(expr, Lit | Col | AggRef)
+        or expr.columns()
+        or any(isinstance(n, AggRef) for n in expr.walk())
+    ):
+        return expr
+    if isinstance(expr, Arith) and isinstance(expr.left, Lit) and isinstance(expr.right, Lit):
+        exact = _exact_arith(expr)
+        if exact is not None:
+            return exact
+    try:
+        values, null = expr.evaluate({}, 1)
+    except (EvaluationError, ValueError, TypeError, OverflowError):
+        return expr
+    if null is not None and null[0]:
+        return Lit(None, "null") if expr.kind == "null" else Lit(None, expr.kind)
+    value = values[0]
+    if expr.kind == "date":
+        return Lit(np.datetime64(value, "ns"), "date")
+    if isinstance(value, np.generic):
+        value = value.item()
+    if expr.kind == "float":
+        return Lit(decimal.Decimal(repr(float(value))), "float")
+    return Lit(value, expr.kind)
+
+
+def _exact_arith(expr: Arith) -> Lit | None:
+    """Literal arithmetic in exact decimals (``.06 + 0.01`` is ``0.07``, as in DuckDB)."""
+    a, b = expr.left.value, expr.right.value
+    if a is None or b is None:
+        return Lit(None, expr.kind)
+    if not all(isinstance(x, int | decimal.Decimal) and not isinstance(x, bool) for x in (a, b)):
+        return None
+    da, db = decimal.Decimal(a), decimal.Decimal(b)
+    with decimal.localcontext() as context:
+        context.prec = 38
+        if expr.op == "+":
+            out = da + db
+        elif expr.op == "-":
+            out = da - db
+        elif expr.op == "*":
+            out = da * db
+        else:
+            if db == 0:
+                return None
+            out = da / db
+    if expr.kind == "int":
+        if abs(out) >= 2**63:
+            return None
+        return Lit(int(out), "int")
+    return Lit(out, "float")

@@ -1,0 +1,104 @@
+"""Parsing with sqlglot (DuckDB dialect) and source positions of syntax-tree nodes."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .errors import SqlSyntaxError, position_of
+
+DIALECT = "duckdb"
+
+
+def parse_statements(text: str) -> list[Any]:
+    """The statements of ``text`` as sqlglot trees; :class:`SqlSyntaxError` with the
+    position of the first error."""
+    import sqlglot
+    from sqlglot.errors import ParseError, TokenError
+
+    if not isinstance(text, str):
+        raise SqlSyntaxError(f"SQL must be a string, got {type(text).__name__}")
+    try:
+        statements = [s for s in sqlglot.parse(text, read=DIALECT) if s is not None]
+    except ParseError as error:
+        first = (error.errors or [{}])[0]
+        line, col = first.get("line"), first.get("col")
+        highlight = first.get("highlight") or ""
+        if line is not None and col is not None and highlight:
+            col = max(col - len(highlight) + 1, 1)  # sqlglot points at the token's end
+        raise SqlSyntaxError(
+            f"syntax error: {first.get('description', str(error)).split('. Line')[0]}",
+            (line, col) if line is not None else None,
+            highlight or None,
+        ) from None
+    except TokenError as error:
+        raise SqlSyntaxError(
+            f"syntax error: {error}", position_of(text, _token_failure(text)), None
+        ) from None
+    if not statements:
+        raise SqlSyntaxError("empty SQL text", (1, 1))
+    return statements
+
+
+def _token_failure(text: str) -> int:
+    """Where the tokenizer stops (an unterminated string or quoted name)."""
+    match = re.search(r"'(?:[^']|'')*$|\"(?:[^\"]|\"\")*$", text)
+    return match.start() if match else 0
+
+
+def parse_select(text: str) -> Any:
+    """One SELECT statement (a trailing ``;`` is fine)."""
+    from sqlglot import exp
+
+    statements = parse_statements(text)
+    if len(statements) > 1:
+        raise SqlSyntaxError(
+            "expected one SELECT statement, got several",
+            position_of(text, start_offset(statements[1])),
+            "statement",
+        )
+    tree = statements[0]
+    if isinstance(tree, exp.SetOperation):
+        from .errors import SqlUnsupportedError
+
+        raise SqlUnsupportedError(
+            f"{type(tree).__name__.upper()} of queries is not supported; define one view "
+            "per SELECT",
+            position_of(text, keyword_offset(text, tree, type(tree).__name__.upper())),
+            type(tree).__name__.upper(),
+        )
+    if not isinstance(tree, exp.Select):
+        raise SqlSyntaxError(
+            f"expected a SELECT statement, got {tree.sql(dialect=DIALECT)[:60]!r}",
+            position_of(text, start_offset(tree) or 0),
+            type(tree).__name__,
+        )
+    return tree
+
+
+def start_offset(node: Any) -> int | None:
+    """The smallest source offset recorded in ``node`` or below (identifiers, literals and
+    function names carry one)."""
+    best = None
+    for sub in node.walk():
+        meta = getattr(sub, "_meta", None) or {}
+        start = meta.get("start")
+        if start is not None and (best is None or start < best):
+            best = start
+    return best
+
+
+def keyword_offset(text: str, node: Any, keyword: str) -> int | None:
+    """The offset of the last ``keyword`` (a word or phrase, case-insensitive) before the
+    first recorded position of ``node``; that position when the keyword is not found."""
+    start = start_offset(node)
+    limit = len(text) if start is None else start + 1
+    pattern = r"\b" + r"\s+".join(re.escape(w) for w in keyword.split()) + r"\b"
+    found = [m.start() for m in re.finditer(pattern, text[:limit], flags=re.IGNORECASE)]
+    return found[-1] if found else start
+
+
+def node_position(text: str, node: Any, keyword: str | None = None) -> tuple[int, int] | None:
+    """``(line, column)`` of ``node`` in ``text`` (of ``keyword`` when given and found)."""
+    offset = keyword_offset(text, node, keyword) if keyword else start_offset(node)
+    return position_of(text, offset)

@@ -1,0 +1,367 @@
+"""SQL views over changing tables, maintained by the F-IVM engine.
+
+A :class:`Database` holds a catalog, the current rows of its tables and its views.  Each view
+compiles to one :class:`ringml.Query` whose relations are the view's FROM items (one per
+alias) and is kept by a :class:`ringml.Maintainer` of the chosen strategy.  A batch of a
+table is type-checked and delete-checked once, then every view reading the table gets, per
+alias over it, the rows passing the alias's filter projected on the columns it needs
+(computed columns evaluated on whole columns) in ONE atomic ``apply`` (so a self-join sees
+the change in all its atoms).  Views are read as DataFrames or Arrow tables (warehouse mode)
+or publish their diffs to subscribers after every batch (publish-subscribe mode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..batch import UpdateBatch
+from ..errors import BatchError, InputTypeError, RingmlError
+from ..maintainer import STRATEGIES, Maintainer
+from .catalog import Catalog, TableSchema, parse_ddl
+from .compiler import compile_view
+from .errors import SqlNameError
+from .expressions import EvaluationError, as_numbers, truth
+from .logical import AtomPlan, ViewPlan
+from .output import row_changes, view_rows
+from .tables import TableChange, TableStore
+
+Subscriber = Callable[[pd.DataFrame], object]
+
+
+def _root_store(maintainer: Maintainer):
+    """The store of the maintained result (private engine state; the one place read)."""
+    plan = getattr(maintainer, "plan", None)
+    if plan is not None and hasattr(plan, "root"):
+        return maintainer._stores[plan.root]  # noqa: SLF001
+    return maintainer._root_store()  # noqa: SLF001
+
+
+def engine_groups(maintainer: Maintainer, plan: ViewPlan) -> tuple[dict, dict]:
+    """The maintained groups: decoded values per free variable and one array per ring
+    component (a vectorized read of the result)."""
+    store = _root_store(maintainer)
+    codes, payload = store.entries()
+    keys = {var: maintainer.decode(var, codes[:, store.keys.index(var)]) for var, _ in plan.keys}
+    parts = payload if isinstance(payload, tuple) else (payload,)
+    components = {c.name: np.asarray(p) for c, p in zip(plan.components, parts, strict=True)}
+    return keys, components
+
+
+@dataclass
+class Subscription:
+    """A subscriber's handle: :meth:`cancel` stops the diffs."""
+
+    view: View
+    callback: Subscriber
+
+    def cancel(self) -> None:
+        if self in self.view._subscribers:
+            self.view._subscribers.remove(self)
+
+
+class View:
+    """A maintained SQL view.  Read it with :meth:`to_pandas` / :meth:`to_arrow`, or
+    :meth:`subscribe` to its diffs."""
+
+    def __init__(self, name: str, plan: ViewPlan, strategy: str) -> None:
+        self.name = name
+        self.plan = plan
+        self.strategy = strategy
+        self.query = plan.query()
+        self.maintainer = Maintainer(self.query, strategy=strategy)
+        self._subscribers: list[Subscription] = []
+        self._by_table: dict[str, list[AtomPlan]] = {}
+        for atom in plan.atoms:
+            self._by_table.setdefault(atom.table, []).append(atom)
+
+    @property
+    def sql(self) -> str:
+        return self.plan.sql
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.plan.columns
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The view's current rows (ORDER BY/LIMIT applied)."""
+        keys, components = engine_groups(self.maintainer, self.plan)
+        return view_rows(self.plan, keys, components)
+
+    def to_arrow(self):
+        """The view's current rows as a ``pyarrow.Table`` (NULLs as nulls)."""
+        import pyarrow as pa
+
+        return pa.Table.from_pandas(self.to_pandas(), preserve_index=False)
+
+    def subscribe(self, callback: Subscriber) -> Subscription:
+        """Call ``callback(diff)`` after every batch that changes the view: ``diff`` holds
+        the output rows that left (``multiplicity`` < 0) or came (> 0)."""
+        if not callable(callback):
+            raise InputTypeError(f"subscribe takes a callable, got {type(callback).__name__}")
+        subscription = Subscription(self, callback)
+        self._subscribers.append(subscription)
+        return subscription
+
+    def explain(self) -> str:
+        """The logical plan and the engine's view tree."""
+        return self.plan.describe() + "\n" + self.maintainer.explain()
+
+    def __repr__(self) -> str:
+        return f"View({self.name!r}, strategy={self.strategy!r}, columns={list(self.columns)})"
+
+    # ---------------------------------------------------------------- feeding
+    def batches(self, changes: Mapping[str, tuple[pd.DataFrame, np.ndarray]]) -> list:
+        """Per alias over a changed table, its rows of the change (engine batches)."""
+        out = []
+        for table, (frame, signs) in changes.items():
+            for atom in self._by_table.get(table, ()):
+                rows, mult = alias_rows(atom, frame, signs, self.name)
+                if len(rows):
+                    out.append(UpdateBatch(atom.alias, rows, mult))
+        return out
+
+
+def alias_rows(
+    atom: AtomPlan, frame: pd.DataFrame, signs: np.ndarray, view: str
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """The rows of a typed table batch that ``atom`` sees: filtered, projected on the
+    atom's columns (computed ones evaluated), with their multiplicities."""
+    env = {c: frame[c].to_numpy() for c in frame.columns}
+    n = len(frame)
+    try:
+        if atom.filter is not None and n:
+            keep = truth(atom.filter, env, n)
+            if not keep.all():
+                env = {c: v[keep] for c, v in env.items()}
+                signs = signs[keep]
+                n = int(keep.sum())
+        columns = {}
+        for name, expression, numeric in zip(
+            atom.columns, atom.expressions, atom.numeric, strict=True
+        ):
+            if numeric:
+                columns[name] = as_numbers(expression, env, n)
+            else:
+                values, _ = expression.evaluate(env, n)
+                columns[name] = values
+    except EvaluationError as error:
+        raise BatchError(
+            f"table {atom.table!r} (alias {atom.alias!r} of view {view!r}): {error}",
+            atom.table,
+            None,
+            error.value,
+        ) from None
+    return pd.DataFrame(columns, index=pd.RangeIndex(n)), signs
+
+
+class Database:
+    """Tables (a :class:`Catalog` and their rows) and SQL views maintained over them.
+
+    ``db = Database(catalog)``; ``db.create_view(name, sql, strategy="fivm")``;
+    ``db.insert(table, rows)``, ``db.delete(table, rows)``, ``db.update(table, old, new)``
+    or ``db.apply([UpdateBatch...])`` for an atomic batch over several tables;
+    ``db.view(name).to_pandas()``; ``db.query(sql)`` evaluates a SELECT once over the
+    current tables (views can be read there as tables).  Bad input raises a ringml error and
+    changes no table and no view.
+    """
+
+    def __init__(self, catalog: Catalog | Mapping | str | None = None) -> None:
+        if not isinstance(catalog, Catalog):
+            catalog = Catalog(catalog)
+        self.catalog = catalog.copy()
+        self._tables = {name: TableStore(catalog.table(name)) for name in catalog}
+        self._views: dict[str, View] = {}
+
+    # ---------------------------------------------------------------- schema
+    def create_table(self, ddl: str | None = None, /, **columns: str) -> None:
+        """Add tables from ``CREATE TABLE`` text."""
+        schemas = parse_ddl(ddl) if ddl is not None else []
+        if columns:
+            raise InputTypeError("create_table takes CREATE TABLE text")
+        staged = self.catalog.copy()
+        for schema in schemas:
+            staged.add(schema)
+        self.catalog = staged
+        for schema in schemas:
+            self._tables[schema.name] = TableStore(schema)
+
+    def table(self, name: str) -> pd.DataFrame:
+        """A table's current rows."""
+        return self._tables[self.catalog.table(name).name].frame()
+
+    @property
+    def tables(self) -> dict[str, TableSchema]:
+        return {name: self.catalog.table(name) for name in self.catalog}
+
+    # ---------------------------------------------------------------- views
+    def create_view(self, name: str, sql: str, strategy: str = "fivm") -> View:
+        """Compile ``sql`` and maintain it from now on; the view starts from the tables'
+        current rows.  A rejected view leaves the database unchanged."""
+        if not isinstance(name, str) or not name:
+            raise InputTypeError(f"a view name is a non-empty string, got {name!r}")
+        if name.lower() in (n.lower() for n in self._views) or name in self.catalog:
+            raise SqlNameError(f"a table or view named {name!r} exists already", construct=name)
+        if strategy not in STRATEGIES:
+            raise InputTypeError(f"unknown strategy {strategy!r}; choose one of {STRATEGIES}")
+        plan = compile_view(sql, self.catalog)
+        view = View(name, plan, strategy)
+        load = {}
+        for table in plan.tables:
+            store = self._tables[table]
+            if len(store):
+                load[table] = store.distinct()
+        batches = view.batches(load)
+        if batches:
+            view.maintainer.apply(batches)
+        self._views[name] = view
+        return view
+
+    def view(self, name: str) -> View:
+        """The view called ``name``."""
+        if name in self._views:
+            return self._views[name]
+        found = [v for n, v in self._views.items() if n.lower() == name.lower()]
+        if len(found) == 1:
+            return found[0]
+        raise SqlNameError(
+            f"unknown view {name!r}; the views are {sorted(self._views)}", construct=name
+        )
+
+    @property
+    def views(self) -> dict[str, View]:
+        return dict(self._views)
+
+    def drop_view(self, name: str) -> None:
+        """Stop maintaining a view."""
+        del self._views[self.view(name).name]
+
+    # ---------------------------------------------------------------- changes
+    def insert(self, table: str, rows) -> None:
+        """Insert rows (a DataFrame, column mapping, records or Arrow table)."""
+        self.apply([UpdateBatch.inserts(table, _frame(rows, table))])
+
+    def delete(self, table: str, rows) -> None:
+        """Delete rows (each must be present)."""
+        self.apply([UpdateBatch.deletes(table, _frame(rows, table))])
+
+    def update(self, table: str, old_rows, new_rows) -> None:
+        """Replace ``old_rows`` by ``new_rows`` atomically."""
+        self.apply(
+            [
+                UpdateBatch.deletes(table, _frame(old_rows, table)),
+                UpdateBatch.inserts(table, _frame(new_rows, table)),
+            ]
+        )
+
+    def apply(self, batches: Iterable[UpdateBatch] | UpdateBatch) -> None:
+        """Apply batches of any tables atomically: all or nothing.  Then every subscriber of
+        a changed view gets its diff."""
+        if isinstance(batches, UpdateBatch):
+            batches = [batches]
+        if isinstance(batches, str | bytes | pd.DataFrame | Mapping) or not isinstance(
+            batches, Iterable
+        ):
+            raise InputTypeError(
+                "apply takes an UpdateBatch or a list of them (ringml.UpdateBatch.inserts("
+                f"table, rows) / .deletes(...)); got {type(batches).__name__}"
+            )
+        batches = list(batches)
+        changes = self._check(batches)
+        if not changes:
+            return
+        typed = {t: (c.frame, c.signs) for t, c in changes.items()}
+        touched = [v for v in self._views.values() if set(v.plan.tables) & set(typed)]
+        watched = {v.name: v.to_pandas() for v in touched if v._subscribers}
+        applied: list[tuple[View, list]] = []
+        try:
+            for view in touched:
+                engine_batches = view.batches(typed)
+                if engine_batches:
+                    view.maintainer.apply(engine_batches)
+                    applied.append((view, engine_batches))
+        except RingmlError as error:
+            for view, engine_batches in reversed(applied):  # undo: the inverse batches
+                view.maintainer.apply(
+                    [UpdateBatch(b.relation, b.rows, -b.signs()) for b in reversed(engine_batches)]
+                )
+            if isinstance(error, BatchError):
+                raise
+            raise BatchError(str(error)) from error
+        for table, change in changes.items():
+            self._tables[table].commit(change)
+        for name, before in watched.items():
+            view = self._views[name]
+            diff = row_changes(before, view.to_pandas())
+            if len(diff):
+                for subscription in list(view._subscribers):
+                    subscription.callback(diff)
+
+    def _check(self, batches: Sequence[UpdateBatch]) -> dict[str, TableChange]:
+        """Type-check every batch and the deletes of every table (nothing changes)."""
+        frames: dict[str, list[pd.DataFrame]] = {}
+        signs: dict[str, list[np.ndarray]] = {}
+        for batch in batches:
+            if not isinstance(batch, UpdateBatch):
+                raise InputTypeError(f"apply takes UpdateBatch objects, got {type(batch).__name__}")
+            schema = self.catalog.find(batch.relation)
+            if schema is None:
+                raise BatchError(
+                    f"unknown table {batch.relation!r}; the tables are {sorted(self.catalog)}",
+                    batch.relation,
+                )
+            frame = schema.conform(batch.rows)
+            sign = batch.signs()
+            if sign.shape != (len(frame),):
+                raise BatchError(
+                    f"table {schema.name!r}: {sign.shape[0]} multiplicities for {len(frame)} rows",
+                    schema.name,
+                    "multiplicity",
+                )
+            frames.setdefault(schema.name, []).append(frame)
+            signs.setdefault(schema.name, []).append(sign)
+        changes = {}
+        for table, parts in frames.items():
+            frame = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+            sign = np.concatenate(signs[table])
+            if len(frame):
+                changes[table] = self._tables[table].prepare(frame, sign)
+        return changes
+
+    # ---------------------------------------------------------------- warehouse mode
+    def query(self, sql: str) -> pd.DataFrame:
+        """Evaluate a SELECT once over the current tables; a view can be read as a table
+        (``SELECT ... FROM my_view WHERE ...``)."""
+        catalog = self.catalog.copy()
+        contents: dict[str, tuple[pd.DataFrame, np.ndarray]] = {}
+        for name, view in self._views.items():
+            if name in sql or name.lower() in sql.lower():
+                rows = view.to_pandas()
+                kinds = tuple(_kind_of(o.expression.kind) for o in view.plan.outputs)
+                schema = TableSchema(name, tuple(rows.columns), kinds)
+                catalog.add(schema)
+                frame = schema.conform(rows)
+                contents[name] = (frame, np.ones(len(frame), dtype=np.int64))
+        plan = compile_view(sql, catalog)
+        once = View("query", plan, "recompute")
+        for table in plan.tables:
+            if table not in contents:
+                store = self._tables[table]
+                contents[table] = store.distinct()
+        batches = once.batches({t: contents[t] for t in plan.tables})
+        if batches:
+            once.maintainer.apply(batches)
+        return once.to_pandas()
+
+
+def _kind_of(kind: str) -> str:
+    return "int" if kind == "null" else kind
+
+
+def _frame(rows, table: str) -> pd.DataFrame:
+    from ..batch import as_frame
+
+    return as_frame(rows, table)
