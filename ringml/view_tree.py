@@ -62,6 +62,11 @@ class ViewNode:
 Node = ViewNode | AtomLeaf
 
 
+def has_siblings(node: Node) -> bool:
+    """Whether another child shares the node's parent (its delta joins them)."""
+    return node.parent is not None and len(node.parent.children) > 1
+
+
 @dataclass
 class ViewTree:
     """A view tree over a query, with the materialization chosen for the updatable atoms."""

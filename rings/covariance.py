@@ -529,6 +529,13 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             self._shifts[j] = value
             self._watch(abs(value))
 
+    def lift_state(self) -> np.ndarray:
+        """The shifts (fixed by first lifts)."""
+        return self.shifts
+
+    def restore_lift_state(self, state: np.ndarray) -> None:
+        self.reopen_shifts(state)
+
     def reopen_shifts(self, earlier: np.ndarray) -> None:
         """Open again the shifts that were open in ``earlier`` (a :attr:`shifts` copy): a
         batch rejected mid-way must not leave the shift its values chose (no stored payload
@@ -1290,6 +1297,17 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         xt = np.ascontiguousarray(x.T)  # gathering rows is far cheaper than columns
         products = np.ascontiguousarray((xt[i] * xt[jj]).T)
         return self._batch(block, np.ones(n, np.int64), x, products)
+
+    def batch_lift_factors(
+        self, variables: Sequence[str], columns: Sequence[np.ndarray]
+    ) -> list[CovarianceBatch]:
+        """One block lift for several variables (the product of their lifts)."""
+        if len(variables) > 1:
+            return [self.batch_lift_block(variables, np.column_stack(columns))]
+        return [self.batch_lift(v, c) for v, c in zip(variables, columns, strict=True)]
+
+    def batch_lift_sum_by(self, variables, columns, groups, n_groups=1, weights=None):
+        return self.batch_lift_block_sum_by(variables, columns, groups, n_groups, weights)
 
     def batch_lift_block_sum_by(
         self,

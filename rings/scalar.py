@@ -690,6 +690,10 @@ class ProductRing(Ring):
     def lifted_variables(self) -> frozenset[str]:
         return frozenset().union(*(r.lifted_variables for r in self.rings))
 
+    @property
+    def keyed_variables(self) -> frozenset[str]:
+        return frozenset().union(*(r.keyed_variables for r in self.rings))
+
     def lift(self, variable: str, value: Any) -> tuple:
         return tuple(
             r.lift(variable, value) if variable in r.lifted_variables else r.one()
@@ -794,6 +798,13 @@ class ProductRing(Ring):
 
     def batch_accumulator(self, n: int) -> tuple:
         return tuple(r.batch_accumulator(n) for r in self.rings)
+
+    def lift_state(self) -> tuple:
+        return tuple(r.lift_state() for r in self.rings)
+
+    def restore_lift_state(self, state: tuple) -> None:
+        for r, s in zip(self.rings, state, strict=True):
+            r.restore_lift_state(s)
 
     def batch_scatter_add(self, target: tuple, slots: np.ndarray, values: tuple) -> tuple:
         t, v = self._b(target), self._b(values)

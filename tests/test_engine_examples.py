@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from ringml.rings.scalar import IntegerRing
 
+from ringml import operators
 from ringml.batch import UpdateBatch
 from ringml.errors import BatchError, SchemaError, VariableOrderError
 from ringml.maintainer import Maintainer
@@ -315,16 +316,20 @@ def q_hierarchical_maintainer() -> Maintainer:
 def record_deltas(m: Maintainer, monkeypatch) -> list[tuple[str, int, int]]:
     """Instrument F-IVM's delta step: (view, rows in, keys out) per step."""
     log: list[tuple[str, int, int]] = []
-    original = Maintainer._step
+    original = operators.step
 
-    def step(self, node, child, delta):
-        out = original(self, node, child, delta)
+    def step(ctx, view, siblings, delta):
+        out = original(ctx, view, siblings, delta)
         log.append(
-            (node.name, self.ring.batch_len(self._payload(delta)), self.ring.batch_len(out.payload))
+            (
+                view.name,
+                ctx.ring.batch_len(operators.payload(ctx, delta)),
+                ctx.ring.batch_len(out.payload),
+            )
         )
         return out
 
-    monkeypatch.setattr(Maintainer, "_step", step)
+    monkeypatch.setattr(operators, "step", step)
     return log
 
 

@@ -39,6 +39,7 @@ from test_engine_oracle import (
     schemas,
 )
 
+from ringml import operators
 from ringml.enumeration import enumerate_nu
 from ringml.errors import VariableOrderError
 from ringml.maintainer import Maintainer
@@ -74,14 +75,14 @@ def decoded_delta(m: Maintainer, node, out) -> dict:
 def record_deltas(m: Maintainer, monkeypatch) -> list[tuple[str, dict]]:
     """Instrument the delta step: (view, its delta) per step."""
     log: list[tuple[str, dict]] = []
-    original = Maintainer._step
+    original = operators.step
 
-    def step(self, node, child, delta):
-        out = original(self, node, child, delta)
-        log.append((node.name, decoded_delta(self, node, out)))
+    def step(ctx, view, siblings, delta):
+        out = original(ctx, view, siblings, delta)
+        log.append((view.name, decoded_delta(m, view, out)))
         return out
 
-    monkeypatch.setattr(Maintainer, "_step", step)
+    monkeypatch.setattr(operators, "step", step)
     return log
 
 
@@ -304,7 +305,7 @@ def test_static_relations_and_enumeration_functions():
     m.delete("R", pd.DataFrame({"A": [1], "B": [2]}))
     data["R"] = data["R"].iloc[[0, 2, 3]]
     assert plain(m.result()) == brute_force(data, FREE)
-    direct = enumerate_nu(m.tree, lambda n: m._stores[id(n)], m._dictionaries, m.ring)
+    direct = enumerate_nu(m.tree, m._node_store, m._dictionaries, m.ring)
     assert plain(dict(direct)) == brute_force(data, FREE)
 
 

@@ -19,8 +19,11 @@ Hypothesis draws
 
 After every operation every maintainer -- F-IVM on the drawn order and on the default one, F-IVM
 on a ν tree where the query allows one, first-order IVM and recomputation -- is compared with
-the aggregate of the flat join that DuckDB computes from the current relations.  The default
-run is a fast profile; ``-m slow`` runs the long one (>= 200 cases, >= 10^5 tuple changes).
+the aggregate of the flat join that DuckDB computes from the current relations, and the change
+of the result the operation returned (its root delta: per group the payload change and the
+change of the number of derivations) with the difference of two consecutive DuckDB results.
+The default run is a fast profile; ``-m slow`` runs the long one (>= 200 cases, >= 10^5
+tuple changes).
 """
 
 from __future__ import annotations
@@ -461,8 +464,9 @@ class Oracle:
         rows = self.con.execute(self.sql).fetchall()
         return [r for r in rows if r[-1] is not None and r[-1] != 0]
 
-    def expected(self, present: dict[str, Counter]) -> dict:
-        """``{group: comparable payload}``; without free variables ``{(): payload}``."""
+    def expected(self, present: dict[str, Counter]) -> tuple[dict, dict]:
+        """``{group: comparable payload}`` (without free variables ``{(): payload}``) and
+        ``{group: number of derivations}``."""
         scenario, query = self.scenario, self.scenario.query
         nfree = len(query.free)
         position = {v: j for j, v in enumerate(self.keys)}
@@ -470,9 +474,11 @@ class Oracle:
         for row in self.rows(present):
             key = tuple(canon(x) for x in row[:nfree])
             groups.setdefault(key, []).append(row)
+        counts = {key: sum(int(r[-1]) for r in rows) for key, rows in groups.items()}
         if not query.free and not groups:
             groups[()] = []
-        return {key: reduce_rows(scenario, rows, position) for key, rows in groups.items()}
+        values = {key: reduce_rows(scenario, rows, position) for key, rows in groups.items()}
+        return values, counts
 
 
 def reduce_rows(scenario: Scenario, rows: list[tuple], position: dict[str, int]):
@@ -580,6 +586,47 @@ def assert_same(got, expected, label: str) -> None:
     assert math.isclose(a, b, rel_tol=RTOL, abs_tol=1e-9), f"{label}: {a} != {b}"
 
 
+def zero_like(value):
+    if isinstance(value, dict):
+        return {}
+    if isinstance(value, tuple):
+        return tuple(zero_like(x) for x in value)
+    return 0
+
+
+def difference(after, before):
+    """``after - before`` of comparable payloads (dicts entrywise, tuples componentwise)."""
+    if isinstance(after, dict) or isinstance(before, dict):
+        a, b = after or {}, before or {}
+        return {k: difference(a.get(k, 0), b.get(k, 0)) for k in set(a) | set(b)}
+    if isinstance(after, tuple):
+        return tuple(difference(x, y) for x, y in zip(after, before, strict=True))
+    return after - before
+
+
+def check_delta(m: Maintainer, scenario: Scenario, delta, before, after, label: str) -> None:
+    """The delta an apply returned is the change of the oracle's result and group counts."""
+    if not m._has_result_deltas():
+        assert delta is None, label
+        return
+    (values_before, counts_before), (values_after, counts_after) = before, after
+    keys = [tuple(canon(x) for x in k) for k in delta.keys()]
+    assert len(keys) == len(set(keys)), f"{label}: a group changes twice in one delta"
+    got = {k: comparable(m, scenario, p) for k, p in zip(keys, delta.payloads(), strict=True)}
+    groups = set(values_before) | set(values_after) | set(got)
+    for g in groups:
+        shape = values_after.get(g, values_before.get(g, got.get(g)))
+        want = difference(
+            values_after.get(g, zero_like(shape)), values_before.get(g, zero_like(shape))
+        )
+        assert_same(got.get(g, zero_like(want)), want, f"{label} Δ group {g}")
+    if delta.support is not None:
+        support = dict(zip(keys, delta.support.tolist(), strict=True))
+        for g in set(counts_before) | set(counts_after) | set(support):
+            change = counts_after.get(g, 0) - counts_before.get(g, 0)
+            assert support.get(g, 0) == change, f"{label} Δ derivations of {g}"
+
+
 def engine_result(m: Maintainer, scenario: Scenario) -> dict:
     if not m.query.free:
         return {(): comparable(m, scenario, m.result())}
@@ -589,7 +636,8 @@ def engine_result(m: Maintainer, scenario: Scenario) -> dict:
     return {k: comparable(m, scenario, p) for k, (_, p) in zip(keys, pairs, strict=True)}
 
 
-def check(maintainers: dict[str, Maintainer], scenario: Scenario, expected: dict, label: str):
+def check(maintainers: dict[str, Maintainer], scenario: Scenario, expected, label: str):
+    expected = expected[0]
     for name, m in maintainers.items():
         got = engine_result(m, scenario)
         if scenario.query.free:
@@ -633,7 +681,8 @@ def run(data, scenario: Scenario) -> int:
             m.insert(relation, stream.frame(relation, rows))
     changes = stream.inserted
     stream.inserted = stream.deleted = 0
-    check(maintainers, scenario, oracle.expected(stream.present), "after loading")
+    before = oracle.expected(stream.present)
+    check(maintainers, scenario, before, "after loading")
 
     def snapshot():
         return {r: Counter(c) for r, c in stream.present.items()}
@@ -643,13 +692,17 @@ def run(data, scenario: Scenario) -> int:
     operations += [(*op, snapshot()) for op in stream.top_up_deletes()]
     assert stream.deleted >= 0.3 * (stream.inserted + stream.deleted)
     for step, (method, args, size, present) in enumerate(operations):
-        for m in maintainers.values():
+        label = f"after step {step} ({method})"
+        after = oracle.expected(present)
+        for name, m in maintainers.items():
             if method == "reject":
                 with pytest.raises(BatchError, match="not present"):
                     m.apply(*args)
             else:
-                getattr(m, method)(*args)
-        check(maintainers, scenario, oracle.expected(present), f"after step {step} ({method})")
+                delta = getattr(m, method)(*args)
+                check_delta(m, scenario, delta, before, after, f"{name} {label}")
+        check(maintainers, scenario, after, label)
+        before = after
         changes += size
     return changes
 

@@ -1,0 +1,182 @@
+"""Maintenance plans (strategies as plan builders) and root deltas (the change of the result
+each apply returns and subscribers receive)."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+from ringml.rings.categorical import GeneralizedCovarianceRing
+from ringml.rings.covariance import CovarianceRing
+from ringml.rings.scalar import IntegerRing, RealRing
+
+from ringml import Maintainer, Query, SchemaError, covariance_query
+from ringml.errors import BatchError
+from ringml.plan import MaintenancePlan
+
+SALES = {
+    "Sales": ["store", "item", "units"],
+    "Stores": ["store", "size"],
+    "Items": ["item", "price"],
+}
+
+
+def names(plan: MaintenancePlan, ids) -> list[str]:
+    return [plan.views[i].name for i in ids]
+
+
+def test_fivm_plan_lists_views_with_stable_ids_and_triggers_naming_their_siblings():
+    m = Maintainer(covariance_query(SALES))
+    plan = m.plan
+    assert plan.strategy == "fivm" and [v.id for v in plan.views] == list(range(len(plan.views)))
+    assert plan.root == 0 and plan.views[0].name == "V@store_ISS"
+    (sales,) = plan.triggers["Sales"]
+    assert names(plan, [sales.leaf]) == ["Sales"]
+    # Sales joins Items' view on item, then Stores' view on store
+    assert [(plan.views[s.view].name, names(plan, s.siblings)) for s in sales.steps] == [
+        ("V@units_S", []),
+        ("V@item_IS", ["V@price_I"]),
+        ("V@store_ISS", ["V@size_S"]),
+    ]
+    assert all(s.stored for s in sales.steps)
+    leaf = plan.views[sales.leaf]
+    assert leaf.is_leaf and leaf.keys == ("store", "item", "units") and not leaf.stored
+    lifted = {v.name: v.lifted for v in plan.views if not v.is_leaf}
+    assert lifted["V@store_ISS"] == () and lifted["V@units_S"] == ("units",)  # joins: not lifted
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.root = 1  # type: ignore[misc]
+    # the same query and order give the same plan (ids are stable)
+    assert Maintainer(covariance_query(SALES)).plan == plan
+    text = m.explain()
+    assert "maintenance plan (fivm):" in text and "δV@store_ISS[] = ⊕_{store}" in text
+
+
+def test_first_order_plan_joins_a_delta_with_every_other_base_relation_connected_first():
+    query = Query({"R": ["A", "B"], "S": ["B", "C"], "T": ["C", "D"]}, IntegerRing())
+    plan = Maintainer(query, strategy="first_order").plan
+    root = plan.views[plan.root]
+    assert root.keys == () and set(root.marginalized) == {"A", "B", "C", "D"}
+    (r,) = plan.triggers["R"]
+    (t,) = plan.triggers["T"]
+    assert [names(plan, s.siblings) for s in r.steps] == [["S", "T"]]
+    assert [names(plan, s.siblings) for s in t.steps] == [["S", "R"]]
+    assert all(plan.views[i].stored for i in root.children)
+    recompute = Maintainer(query, strategy="recompute").plan
+    assert recompute.recompute and all(
+        not t.steps for ts in recompute.triggers.values() for t in ts
+    )
+    assert "evaluated from the stored leaves" in recompute.explain()
+
+
+def test_self_joins_fire_one_trigger_per_occurrence():
+    from ringml.query import Atom
+
+    query = Query(
+        {"E": ["x", "y"]},
+        IntegerRing(),
+        atoms=[Atom("E", ("A", "B"), "E1"), Atom("E", ("B", "C"), "E2")],
+    )
+    for strategy in ("fivm", "first_order", "recompute"):
+        plan = Maintainer(query, strategy=strategy).plan
+        assert [t.atom for t in plan.triggers["E"]] == ["E1", "E2"]
+
+
+def test_stores_are_keyed_by_view_id_and_survive_pickling():
+    m = Maintainer(covariance_query(SALES))
+    m.insert("Stores", pd.DataFrame({"store": [1, 2], "size": [120.0, 300.0]}))
+    m.insert("Items", pd.DataFrame({"item": [10, 11], "price": [2.5, 4.0]}))
+    m.insert(
+        "Sales", pd.DataFrame({"store": [1, 1, 2], "item": [10, 11, 10], "units": [3.0, 1, 7]})
+    )
+    assert set(m._stores) == set(m.plan.stored(loading=False))
+    copy = pickle.loads(pickle.dumps(m))
+    for mm in (m, copy):
+        mm.delete("Sales", pd.DataFrame({"store": [1], "item": [11], "units": [1.0]}))
+    a, b = m.query.ring.moments(m.result()), copy.query.ring.moments(copy.result())
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+# ------------------------------------------------------------------------------ root deltas
+@pytest.mark.parametrize("strategy", ["fivm", "first_order", "recompute"])
+def test_apply_returns_the_change_of_each_group_and_subscribers_receive_it(strategy):
+    query = Query({"R": ["A", "B"], "S": ["B", "C"]}, RealRing(["C"]), free=["A"])
+    m = Maintainer(query, strategy=strategy)
+    seen = []
+    stop = m.subscribe(seen.append)
+    m.insert("S", pd.DataFrame({"B": [1, 2], "C": [10.0, 0.0]}))
+    assert seen == []  # nothing joined yet: the result did not change
+    delta = m.insert("R", pd.DataFrame({"A": ["x", "y", "y"], "B": [1, 2, 1]}))
+    assert seen == [delta]
+    assert delta.to_dict() == {("x",): 10.0, ("y",): 10.0}
+    frame = delta.to_frame().sort_values("A")
+    assert frame["support"].tolist() == [1, 2]  # y appears with two derivations, one worth 0
+    delta = m.update(
+        "S", pd.DataFrame({"B": [2], "C": [0.0]}), pd.DataFrame({"B": [2], "C": [5.0]})
+    )
+    assert delta.to_dict() == {("y",): 5.0} and delta.support.tolist() == [0]
+    delta = m.delete("R", pd.DataFrame({"A": ["x"], "B": [1]}))
+    assert delta.to_dict() == {("x",): -10.0} and delta.support.tolist() == [-1]  # x vanishes
+    assert dict(m.enumerate()) == {("y",): 15.0}
+    with pytest.raises(BatchError):
+        m.delete("R", pd.DataFrame({"A": ["x"], "B": [1]}))
+    assert len(seen) == 3
+    stop()
+    m.insert("R", pd.DataFrame({"A": ["z"], "B": [2]}))
+    assert len(seen) == 3
+
+
+def test_one_apply_over_several_relations_and_occurrences_gives_one_change_per_group():
+    query = Query({"R": ["A", "B"], "S": ["B", "C"]}, IntegerRing(), free=["A"])
+    m = Maintainer(query)
+    m.insert("S", pd.DataFrame({"B": [1], "C": [1]}))
+    from ringml import UpdateBatch
+
+    delta = m.apply(
+        [
+            UpdateBatch.inserts("R", pd.DataFrame({"A": [7, 8], "B": [1, 1]})),
+            UpdateBatch.inserts("S", pd.DataFrame({"B": [1], "C": [2]})),
+            UpdateBatch.deletes("R", pd.DataFrame({"A": [8], "B": [1]})),
+        ]
+    )
+    assert delta.to_dict() == {(7,): 2}  # 8 came and went in the same apply: no change
+
+
+def test_covariance_deltas_and_nu_trees():
+    m = Maintainer(covariance_query(SALES))
+    m.insert("Stores", pd.DataFrame({"store": [1], "size": [100.0]}))
+    m.insert("Items", pd.DataFrame({"item": [10], "price": [2.0]}))
+    delta = m.insert("Sales", pd.DataFrame({"store": [1], "item": [10], "units": [3.0]}))
+    ((key, change),) = delta.items()
+    count, sums, _ = m.query.ring.moments(change)
+    assert key == () and count == 1 and sums.tolist() == [3.0, 100.0, 2.0]
+    nu = Maintainer(Query({"R": ["A", "B"]}, IntegerRing(), free=["A", "B"]), tree="nu")
+    assert nu.insert("R", pd.DataFrame({"A": [1], "B": [2]})) is None
+    with pytest.raises(SchemaError, match="factorized"):
+        nu.subscribe(print)
+
+
+# ------------------------------------------------------------------------------ ring hooks
+def test_the_lift_hooks_default_to_the_product_of_the_lifts():
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=50), rng.integers(0, 4, 50)
+    groups = rng.integers(0, 5, 50)
+    weights = rng.choice([-1, 1, 2], 50)
+    for ring, columns in (
+        (RealRing(["x", "y"]), [x, y.astype(float)]),
+        (IntegerRing(["y"]), [y]),
+        (GeneralizedCovarianceRing(["x"], ["y"]), [x, y]),
+        (CovarianceRing(["x", "y"]), [x, y.astype(float)]),
+    ):
+        variables = ["x", "y"][-len(columns) :]
+        lifts = [ring.batch_lift(v, c) for v, c in zip(variables, columns, strict=True)]
+        product = lifts[0]
+        for f in lifts[1:]:
+            product = ring.batch_mul(product, f)
+        expected = ring.batch_sum_by(ring.batch_scale(product, weights), groups, 5)
+        got = ring.batch_lift_sum_by(variables, columns, groups, 5, weights)
+        for a, b in zip(ring.batch_to_list(got), ring.batch_to_list(expected), strict=True):
+            assert ring.equal(a, b, rtol=1e-12, atol=1e-12), type(ring).__name__
