@@ -189,11 +189,20 @@ class _Compiler:
     def pos(self, node: Any, keyword: str | None = None):
         return node_position(self.text, node, keyword) if node is not None else None
 
-    def unsupported(self, what: str, node: Any, keyword: str | None = None, hint: str = ""):
+    def unsupported(
+        self,
+        what: str,
+        node: Any,
+        keyword: str | None = None,
+        hint: str = "",
+        construct: str | None = None,
+    ) -> SqlUnsupportedError:
+        """The error for ``what`` at ``node`` (at ``keyword`` when given); ``construct``
+        names it (default: the keyword, else ``what``)."""
         return SqlUnsupportedError(
             f"{what} is not supported in a view{'; ' + hint if hint else ''}",
             self.pos(node, keyword),
-            keyword or what,
+            construct or keyword or what,
         )
 
     # ---------------------------------------------------------------- entry
@@ -239,7 +248,7 @@ class _Compiler:
                     raise self.unsupported(
                         f"DISTINCT over {ir.sql()} (not an expression of one table)",
                         node,
-                        None,
+                        construct="DISTINCT over several tables",
                     )
                 self.add_key(ir)
         create = not grouped
@@ -320,7 +329,10 @@ class _Compiler:
                 )
                 if not in_from:
                     raise self.unsupported(
-                        "a subquery outside FROM (IN/EXISTS/scalar subqueries)", node, "SELECT"
+                        "a subquery outside FROM (IN/EXISTS/scalar subqueries)",
+                        node,
+                        "SELECT",
+                        construct="subquery",
                     )
 
     # ---------------------------------------------------------------- FROM
@@ -344,6 +356,7 @@ class _Compiler:
                     join,
                     label.split()[0],
                     "only inner joins keep a view maintainable this way",
+                    construct=f"{side} JOIN",
                 )
             if kind not in ("", "INNER", "CROSS"):
                 raise self.unsupported(f"{kind} JOIN", join, kind)
@@ -461,12 +474,18 @@ class _Compiler:
         ):
             if body.args.get(key):
                 raise self.unsupported(
-                    f"a derived table with {label}", body.args[key], label.split()[0]
+                    f"a derived table with {label}",
+                    body.args[key],
+                    label.split()[0],
+                    construct=f"derived table with {label}",
                 )
         for n in body.walk():
             if isinstance(n, e.AggFunc):
                 raise self.unsupported(
-                    "a derived table with aggregates", n, None, "aggregate in the outer query"
+                    "a derived table with aggregates",
+                    n,
+                    hint="aggregate in the outer query",
+                    construct="derived table with aggregates",
                 )
         self.check_clauses(body)
         inner = self.from_clause(body, f"{prefix}{alias}.")
@@ -520,7 +539,7 @@ class _Compiler:
                     f"the join predicate {ir.sql()} (an expression over several tables on "
                     "one side)",
                     node,
-                    None,
+                    construct="join predicate over an expression of several tables",
                 )
             names = ", ".join(sorted(sources))
             if isinstance(ir, Logic) and ir.op == "or":
@@ -529,13 +548,14 @@ class _Compiler:
                     node,
                     "OR",
                     "a condition may read several tables only as an equality join",
+                    construct="OR across tables",
                 )
             if isinstance(ir, Cmp):
                 raise self.unsupported(
                     f"the non-equality join predicate {ir.sql()}",
                     node,
-                    None,
-                    "tables join on equalities only",
+                    hint="tables join on equalities only",
+                    construct="non-equality join predicate",
                 )
             raise self.unsupported(f"the condition {ir.sql()} across tables ({names})", node)
 
@@ -617,10 +637,12 @@ class _Compiler:
                 raise self.unsupported(
                     f"GROUP BY {ir.sql()} (the key must be an expression of one table)",
                     node,
-                    None,
+                    construct="GROUP BY over several tables",
                 )
             if ir.nullable:
-                raise self.unsupported(f"GROUP BY {ir.sql()}, which can be NULL", node, None)
+                raise self.unsupported(
+                    f"GROUP BY {ir.sql()}, which can be NULL", node, construct="nullable GROUP BY"
+                )
             self.add_key(ir)
 
     def group_expression(self, node: Any, scope: _Scope, items, aliases) -> Expr:
@@ -1052,7 +1074,7 @@ class _Compiler:
             )
         if isinstance(node, (e.Min, e.Max)):
             raise self.unsupported(
-                f"{name} (not maintainable under deletes with a ring)",
+                f"{name} (not maintainable under deletes in a ring)",
                 node,
                 name,
                 "use SUM, COUNT or AVG",
@@ -1172,6 +1194,7 @@ class _Compiler:
                         f"division by {right.sql()} (an expression of several tables) in an "
                         "aggregate",
                         node,
+                        construct="division by several tables in an aggregate",
                     )
                 alias = next(iter(right.sources()))
                 reciprocal = {((alias, Arith("/", Lit(1, "int"), right)),): 1}
@@ -1194,7 +1217,9 @@ class _Compiler:
             for cond, branch in ir.whens:
                 if len(cond.sources()) > 1:
                     raise self.unsupported(
-                        f"the CASE condition {cond.sql()} over several tables", node
+                        f"the CASE condition {cond.sql()} over several tables",
+                        node,
+                        construct="CASE condition over several tables",
                     )
                 if not cond.sources():
                     raise self.unsupported(f"the constant CASE condition {cond.sql()}", node)
@@ -1217,6 +1242,7 @@ class _Compiler:
             f"{ir.sql()} inside an aggregate (over columns of several tables only + - * /, "
             "CASE with one-table conditions and constants combine)",
             node,
+            construct="expression over several tables in an aggregate",
         )
 
     # ---------------------------------------------------------------- atoms
@@ -1291,8 +1317,8 @@ class _Compiler:
             raise self.unsupported(
                 f"a Cartesian product: {sorted(reached)} and {apart} share no join condition",
                 self.atoms[apart[0]].node,
-                None,
-                "add an equality joining them",
+                hint="add an equality joining them",
+                construct="Cartesian product",
             )
 
 

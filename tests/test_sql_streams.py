@@ -1,0 +1,285 @@
+"""SQL views under random insert/delete streams, checked against DuckDB after every batch.
+
+Hypothesis draws the initial rows of four small tables (values from small domains so that
+joins hit; dyadic floats so that sums are exact), then a stream of batches: inserts,
+deletes of present rows, updates, batches over several tables at once, and deletes of
+absent rows (rejected, nothing changes).  Every view of :data:`VIEWS` (all constructs of
+the view class) is kept by one database per strategy; after every batch each view equals
+DuckDB running the same SQL on the current tables, and the diff the fivm database published
+equals the multiset difference of DuckDB's results before and after.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sql_oracle import (
+    assert_same_order,
+    assert_same_rows,
+    diff_counter,
+    duckdb_results,
+    multiset_difference,
+)
+
+from ringml import BatchError, UpdateBatch
+from ringml.sql import Database
+
+SCHEMA = """
+CREATE TABLE R (a INTEGER, b INTEGER, x DOUBLE);
+CREATE TABLE S (b INTEGER, c VARCHAR, y INTEGER);
+CREATE TABLE T (c VARCHAR, d DATE, z DOUBLE);
+CREATE TABLE E (src INTEGER, dst INTEGER);
+"""
+
+#: name -> (SQL, indices of ORDER BY columns compared in sequence)
+VIEWS = {
+    "bag": ("SELECT a, b FROM R", []),
+    "join_group": (
+        "SELECT R.a, S.c, COUNT(*) AS n, SUM(R.x * S.y) AS s FROM R JOIN S ON R.b = S.b "
+        "GROUP BY R.a, S.c",
+        [],
+    ),
+    "chain_having": (
+        "SELECT S.c, AVG(R.x) AS m, SUM(S.y) FROM R, S, T WHERE R.b = S.b AND S.c = T.c "
+        "AND T.d >= DATE '2020-01-02' GROUP BY S.c HAVING COUNT(*) > 1",
+        [],
+    ),
+    "natural": ("SELECT c, COUNT(*) AS n, SUM(z) FROM S NATURAL JOIN T GROUP BY c", []),
+    "using_or": (
+        "SELECT b, SUM(x) AS sx FROM R JOIN S USING (b) WHERE R.a BETWEEN 1 AND 2 OR R.x < 0 "
+        "GROUP BY b",
+        [],
+    ),
+    "case_like_in": (
+        "SELECT CASE WHEN S.c LIKE 'a%' THEN 'A' ELSE 'other' END AS k, "
+        "SUM(CASE WHEN S.y IN (1, 2) THEN R.x ELSE 0 END) AS s FROM R JOIN S ON R.b = S.b "
+        "GROUP BY 1",
+        [],
+    ),
+    "date_part": (
+        "SELECT EXTRACT(year FROM d) AS yr, SUM(z) AS s, COUNT(*) FROM T "
+        "WHERE d < DATE '2020-01-01' + INTERVAL '1' YEAR GROUP BY EXTRACT(year FROM d)",
+        [],
+    ),
+    "global": ("SELECT COUNT(*), SUM(R.x), AVG(S.y) FROM R, S WHERE R.b = S.b", []),
+    "arith_order_limit": (
+        "SELECT R.a, SUM(R.x) / COUNT(*) AS avgx, 100.0 * SUM(S.y) / (1 + COUNT(*)) AS p "
+        "FROM R JOIN S ON R.b = S.b GROUP BY R.a ORDER BY R.a DESC LIMIT 2",
+        [0],
+    ),
+    "path3": (
+        "SELECT COUNT(*) AS paths FROM E e1, E e2, E e3 WHERE e1.dst = e2.src AND e2.dst = e3.src",
+        [],
+    ),
+    "path_bag": ("SELECT e1.src, e2.dst FROM E e1 JOIN E e2 ON e1.dst = e2.src", []),
+    "triangle": (
+        "SELECT COUNT(*) FROM E a, E b, E c WHERE a.dst = b.src AND b.dst = c.src "
+        "AND c.dst = a.src",
+        [],
+    ),
+    "derived": (
+        "SELECT q.c, SUM(q.v) AS s FROM (SELECT S.c, R.x * S.y AS v FROM R JOIN S ON "
+        "R.b = S.b WHERE S.y > 0) AS q GROUP BY q.c",
+        [],
+    ),
+    "nullable_case": (
+        "SELECT S.c, SUM(CASE WHEN R.a > 1 THEN S.y END) AS s, "
+        "COUNT(CASE WHEN R.a > 1 THEN 1 END) AS n, AVG(CASE WHEN R.a > 1 THEN R.x END) AS m "
+        "FROM R JOIN S ON R.b = S.b GROUP BY S.c",
+        [],
+    ),
+    "distinct": ("SELECT DISTINCT S.c FROM R JOIN S ON R.b = S.b", []),
+    "linear": (
+        "SELECT R.a, SUM(R.x + S.y) AS s1, SUM(R.x - 2 * S.y) AS s2 FROM R JOIN S "
+        "ON R.b = S.b GROUP BY R.a",
+        [],
+    ),
+    "computed_join": (
+        "SELECT S.c, COUNT(*) FROM S JOIN T ON UPPER(S.c) = UPPER(T.c) AND S.y > 0 GROUP BY S.c",
+        [],
+    ),
+}
+STRATEGIES = ("fivm", "first_order", "recompute")
+
+A = [0, 1, 2, 3]
+B = [0, 1, 2]
+X = [0.5, -1.25, 2.0, 3.75]
+C = ["a", "ab", "b", "A"]
+Y = [0, 1, 2, 5]
+D = [pd.Timestamp(t) for t in ("2019-12-31", "2020-01-02", "2020-06-30", "2021-01-01")]
+NODES = [0, 1, 2, 3]
+
+
+def row_strategy(table: str):
+    return {
+        "R": st.tuples(st.sampled_from(A), st.sampled_from(B), st.sampled_from(X)),
+        "S": st.tuples(st.sampled_from(B), st.sampled_from(C), st.sampled_from(Y)),
+        "T": st.tuples(st.sampled_from(C), st.sampled_from(D), st.sampled_from(X)),
+        "E": st.tuples(st.sampled_from(NODES), st.sampled_from(NODES)),
+    }[table]
+
+
+COLUMNS = {"R": ["a", "b", "x"], "S": ["b", "c", "y"], "T": ["c", "d", "z"], "E": ["src", "dst"]}
+
+
+def frame(table: str, rows: list[tuple]) -> pd.DataFrame:
+    out = pd.DataFrame(rows, columns=COLUMNS[table])
+    if table == "T":
+        out["d"] = pd.to_datetime(out["d"]).astype("datetime64[ns]")
+    for column in COLUMNS[table]:
+        if out[column].dtype == object and table != "T" and column != "c":
+            out[column] = out[column].astype(np.int64)
+    return out
+
+
+@st.composite
+def streams(draw, max_rows=6, max_steps=5):
+    initial = {t: draw(st.lists(row_strategy(t), max_size=max_rows)) for t in COLUMNS}
+    steps = []
+    for _ in range(draw(st.integers(2, max_steps))):
+        kind = draw(st.sampled_from(["insert", "delete", "update", "multi", "absent"]))
+        steps.append((kind, draw(st.randoms(use_true_random=False))))
+    return initial, steps
+
+
+def make_step(kind, rng, tables):
+    """Engine batches of one step, drawn against the test's own copy of the tables."""
+
+    def new_rows(table, k):
+        out = []
+        for _ in range(k):
+            if table == "R":
+                out.append((rng.choice(A), rng.choice(B), rng.choice(X)))
+            elif table == "S":
+                out.append((rng.choice(B), rng.choice(C), rng.choice(Y)))
+            elif table == "T":
+                out.append((rng.choice(C), rng.choice(D), rng.choice(X)))
+            else:
+                out.append((rng.choice(NODES), rng.choice(NODES)))
+        return out
+
+    def present(table, k):
+        rows = list(tables[table])
+        rng.shuffle(rows)
+        return rows[:k]
+
+    table = rng.choice(list(COLUMNS))
+    if kind == "insert":
+        return [("+", table, new_rows(table, rng.randint(1, 4)))]
+    if kind == "delete":
+        return [("-", table, present(table, rng.randint(1, 3)))]
+    if kind == "update":
+        old = present(table, rng.randint(1, 2))
+        return [("-", table, old), ("+", table, new_rows(table, len(old)))]
+    if kind == "multi":
+        other = rng.choice([t for t in COLUMNS if t != table])
+        return [
+            ("+", table, new_rows(table, 2)),
+            ("-", other, present(other, 1)),
+            ("+", other, new_rows(other, 1)),
+        ]
+    return [("-", table, new_rows(table, 1) * (len(tables[table]) + 1))]  # absent: rejected
+
+
+def apply_to_copy(tables, step) -> None:
+    for sign, table, rows in step:
+        for row in rows:
+            if sign == "+":
+                tables[table].append(row)
+            else:
+                tables[table].remove(row)
+
+
+def is_valid(tables, step) -> bool:
+    trial = {t: list(rows) for t, rows in tables.items()}
+    try:
+        apply_to_copy(trial, step)
+    except ValueError:
+        return False
+    return True
+
+
+def current_frames(tables):
+    return {t: frame(t, rows) for t, rows in tables.items()}
+
+
+def check_views(databases, tables, what):
+    results = duckdb_results(
+        {name: sql for name, (sql, _) in VIEWS.items()}, current_frames(tables)
+    )
+    for name, (_, order) in VIEWS.items():
+        expected = results[name]
+        for strategy, db in databases.items():
+            ours = db.view(name).to_pandas()
+            assert_same_rows(ours, expected, f"{what}, view {name}, {strategy}")
+            if order:
+                assert_same_order(ours, expected, order, f"{what}, view {name}, {strategy}")
+    return results
+
+
+SETTINGS = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+}
+
+
+@settings(max_examples=6, **SETTINGS)
+@given(streams(max_steps=5))
+def test_views_follow_duckdb_under_random_streams(stream):
+    run_stream(*stream)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, **SETTINGS)
+@given(streams(max_rows=12, max_steps=12))
+def test_views_follow_duckdb_under_long_random_streams(stream):
+    run_stream(*stream)
+
+
+def run_stream(initial, steps):
+    tables = {t: list(rows) for t, rows in initial.items()}
+    databases = {}
+    diffs = {name: [] for name in VIEWS}
+    for strategy in STRATEGIES:
+        db = Database(SCHEMA)
+        for table, rows in tables.items():  # half the views before the load, half after
+            if rows:
+                db.insert(table, frame(table, rows))
+        for name, (sql, _) in VIEWS.items():
+            db.create_view(name, sql, strategy=strategy)
+        databases[strategy] = db
+    for name in VIEWS:
+        databases["fivm"].view(name).subscribe(diffs[name].append)
+    before = check_views(databases, tables, "initial load")
+    for i, (kind, rng) in enumerate(steps):
+        step = make_step(kind, rng, tables)
+        batches = [
+            UpdateBatch.inserts(t, frame(t, rows))
+            if sign == "+"
+            else UpdateBatch.deletes(t, frame(t, rows))
+            for sign, t, rows in step
+        ]
+        if not is_valid(tables, step):
+            for db in databases.values():
+                with pytest.raises(BatchError):
+                    db.apply(batches)
+            after = check_views(databases, tables, f"step {i} ({kind}, rejected)")
+            assert all(not d for d in diffs.values())
+            continue
+        for db in databases.values():
+            db.apply(batches)
+        apply_to_copy(tables, step)
+        after = check_views(databases, tables, f"step {i} ({kind})")
+        for name in VIEWS:
+            published = diff_counter(None)
+            for d in diffs[name]:
+                published.update(diff_counter(d))
+            published = type(published)({k: v for k, v in published.items() if v})
+            expected = multiset_difference(before[name], after[name])
+            assert published == expected, f"step {i} ({kind}), diff of view {name}"
+            assert len(diffs[name]) <= 1
+            diffs[name].clear()
+        before = after
