@@ -97,7 +97,9 @@ def build_nu(
             )
     roots = order.roots
     if len(roots) != 1:
-        raise ValueError("a connected query has a single-rooted variable order")
+        raise VariableOrderError(
+            "ν needs a connected join; a Cartesian product of pieces is kept by τ (tree='tau')"
+        )
     attached: dict[str, list[Atom]] = {}
     for atom in query.atoms:
         attached.setdefault(order.lowest(atom.variables), []).append(atom)

@@ -103,8 +103,8 @@ class Query:
         self.filters = {
             name: _as_filter(self.relations, name, f) for name, f in self.filters.items()
         }
-        if not self._connected():
-            raise SchemaError("the join is not connected (a Cartesian product); split the query")
+        if not self.atoms:
+            raise SchemaError("a query needs at least one relation")
 
     @property
     def checkpointable(self) -> bool:
@@ -166,21 +166,25 @@ class Query:
         """Names of the atoms containing ``variable``."""
         return frozenset(a.name for a in self.atoms if variable in a.variables)
 
-    def _connected(self) -> bool:
-        atoms = list(self.atoms)
-        if not atoms:
-            return False
-        reached = {atoms[0].name}
-        reached_vars = set(atoms[0].variables)
-        changed = True
-        while changed:
-            changed = False
-            for a in atoms:
-                if a.name not in reached and reached_vars & set(a.variables):
-                    reached.add(a.name)
-                    reached_vars |= set(a.variables)
-                    changed = True
-        return len(reached) == len(atoms)
+    def components(self) -> list[list[str]]:
+        """The atoms (names) of each connected piece of the join; several pieces make a
+        Cartesian product, which the engine maintains as the product of the pieces."""
+        pieces: list[tuple[set[str], list[str]]] = []
+        for atom in self.atoms:
+            touching = [p for p in pieces if p[0] & set(atom.variables)]
+            merged = (set(atom.variables), [atom.name])
+            for p in touching:
+                pieces.remove(p)
+                merged[0].update(p[0])
+                merged[1][:0] = p[1]
+            pieces.append(merged)
+        order = {a.name: i for i, a in enumerate(self.atoms)}
+        return sorted((sorted(p[1], key=order.get) for p in pieces), key=lambda p: order[p[0]])
+
+    @property
+    def is_connected(self) -> bool:
+        """Whether the join has one connected piece (no Cartesian product)."""
+        return len(self.components()) == 1
 
 
 def natural_join_query(

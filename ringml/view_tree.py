@@ -3,8 +3,10 @@
 One view per variable of the order, keyed by ``dep(X)`` plus the free variables below X; a
 chain of single-child views (e.g. the local variables of one wide relation) is fused into one
 view that marginalizes all of them at once, so Housing has one view per relation plus the root.
-Atoms are the leaves.  Given the updatable relations, a view is materialized iff a sibling may
-produce deltas that must join with it; the root always is.
+Atoms are the leaves.  A join of several connected pieces (a Cartesian product) has a forest
+as its variable order; the pieces' root views are the children of one product view.  Given
+the updatable relations, a view is materialized iff a sibling may produce deltas that must
+join with it; the root always is.
 """
 
 from __future__ import annotations
@@ -110,10 +112,15 @@ class ViewTree:
                 k.parent = node
             return node
 
-        roots = order.roots
-        if len(roots) != 1:
-            raise ValueError("a connected query has a single-rooted variable order")
-        root = build(roots[0])
+        tops = [build(r) for r in order.roots]
+        if len(tops) == 1:
+            root = tops[0]
+        else:  # a Cartesian product of connected pieces: their root views' product
+            atoms = frozenset().union(*(t.atoms for t in tops))
+            keys = tuple(v for v in query.variables if v in free)
+            root = ViewNode("V@product", (), keys, (), tops, atoms=atoms)
+            for top in tops:
+                top.parent = root
         updatable = frozenset(a.name for a in query.atoms if a.relation in set(updatable_relations))
         tree = cls(query, order, root, updatable)
         tree._materialize()

@@ -180,3 +180,26 @@ def test_the_lift_hooks_default_to_the_product_of_the_lifts():
         got = ring.batch_lift_sum_by(variables, columns, groups, 5, weights)
         for a, b in zip(ring.batch_to_list(got), ring.batch_to_list(expected), strict=True):
             assert ring.equal(a, b, rtol=1e-12, atol=1e-12), type(ring).__name__
+
+
+# ------------------------------------------------------------------------------ products
+@pytest.mark.parametrize("strategy", ["fivm", "first_order", "recompute"])
+def test_a_cartesian_product_of_connected_pieces_is_the_product_of_their_results(strategy):
+    from ringml.errors import VariableOrderError
+
+    query = Query(
+        {"R": ["A", "B"], "S": ["C", "D"], "T": ["D", "E"]}, RealRing(["B", "E"]), free=["A"]
+    )
+    assert query.components() == [["R"], ["S", "T"]] and not query.is_connected
+    m = Maintainer(query, strategy=strategy)
+    m.insert("R", pd.DataFrame({"A": [1, 1, 2], "B": [1.0, 2.0, 3.0]}))
+    m.insert("S", pd.DataFrame({"C": [1, 2], "D": [5, 5]}))
+    delta = m.insert("T", pd.DataFrame({"D": [5, 6], "E": [10.0, 1.0]}))
+    # per A: SUM(B) over R times SUM(E) over S ⋈ T (= 2 * 10)
+    assert m.result() == {(1,): 60.0, (2,): 60.0} == delta.to_dict()
+    delta = m.delete("R", pd.DataFrame({"A": [1], "B": [2.0]}))
+    assert delta.to_dict() == {(1,): -40.0} and m.result() == {(1,): 20.0, (2,): 60.0}
+    if strategy == "fivm":
+        assert "V@product[A] = V@A_R ⊗ V@E_ST" in m.explain()
+    with pytest.raises(VariableOrderError, match="connected"):
+        Maintainer(query, strategy=strategy, tree="nu")

@@ -5,7 +5,8 @@ Hypothesis draws
 
 * a schema: an acyclic join tree of 2-5 atoms (with self-joins), a cycle (triangle, square,
   triangle with a tail, a triangle or a path over one edge table), or a random hypergraph of
-  1-3-ary edges over five variables (often cyclic, sometimes with Cartesian-like pieces);
+  1-3-ary edges over five variables (often cyclic, sometimes a Cartesian product of
+  several connected pieces);
 * static relations, loaded once before streaming;
 * per class of joined columns a key domain: small, negative, huge (±2**63 edges, 2**53 + 1),
   mixed magnitudes, strings, floats (with -0.0 and 1e300) or timestamps; lifted variables
@@ -122,6 +123,9 @@ CYCLES = {
     "triangle_wide": [("R", "ABD"), ("S", "BC"), ("T", "CAE")],
     "edge_triangle": [("E", "AB"), ("E", "BC"), ("E", "CA")],
     "edge_path": [("E", "AB"), ("E", "BC"), ("E", "CD")],
+    "product": [("R", "AB"), ("S", "CD")],  # Cartesian products of connected pieces
+    "product_of_join": [("R", "AB"), ("S", "BC"), ("T", "DE")],
+    "edge_product": [("E", "AB"), ("E", "CD")],
 }
 
 
@@ -136,14 +140,16 @@ def cyclic_schemas(draw):
         edge = st.lists(st.sampled_from(names), min_size=1, max_size=3, unique=True)
         edges = draw(st.lists(edge, min_size=2, max_size=5))
         atoms = [(f"R{i}", tuple(e)) for i, e in enumerate(edges)]
-        reached, changed = set(atoms[0][1]), True
-        while changed:  # keep the piece connected to the first edge
-            changed = False
-            for _, vs in atoms:
-                if reached & set(vs) and not set(vs) <= reached:
-                    reached |= set(vs)
-                    changed = True
-        atoms = [(r, vs) for r, vs in atoms if set(vs) <= reached]
+        if draw(st.booleans()):  # keep the piece connected to the first edge
+            reached, changed = set(atoms[0][1]), True
+            while changed:
+                changed = False
+                for _, vs in atoms:
+                    if reached & set(vs) and not set(vs) <= reached:
+                        reached |= set(vs)
+                        changed = True
+            atoms = [(r, vs) for r, vs in atoms if set(vs) <= reached]
+        # otherwise the pieces may be several: a Cartesian product of connected pieces
     relations: dict[str, tuple[str, ...]] = {}
     for relation, variables in atoms:
         self_join = sum(r == relation for r, _ in atoms) > 1
