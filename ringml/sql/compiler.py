@@ -366,12 +366,12 @@ class _Compiler:
                 raise self.unsupported("ASOF JOIN", join, "ASOF")
             left = list(scope.items)
             item = self.add_item(scope, join.this, prefix)
-            using = [u.name for u in join.args.get("using") or []]
+            using = [(u.name, u) for u in join.args.get("using") or []]
             if method == "NATURAL":
                 visible = {c.lower() for i in left for c in i.columns}
-                using = [c for c in item.columns if c.lower() in visible]
-            for name in using:
-                self.using_column(scope, left, item, name, join)
+                using = [(c, join) for c in item.columns if c.lower() in visible]
+            for name, where in using:
+                self.using_column(scope, left, item, name, where)
             on = join.args.get("on")
             if on is not None:
                 if kind == "CROSS":
@@ -389,19 +389,19 @@ class _Compiler:
         if right_name is None or not holders:
             side = item.alias if right_name is None else "the left side"
             raise SqlNameError(
-                f"USING column {name!r} is not a column of {side}", self.pos(node, "USING"), name
+                f"USING column {name!r} is not a column of {side}", self.pos(node), name
             )
         key = name.lower()
         merged = scope.merged.get(key, set())
         if len(holders) > 1 and not {h.alias for h in holders} <= merged:
             raise SqlNameError(
                 f"USING column {name!r} is ambiguous on the left side",
-                self.pos(node, "USING"),
+                self.pos(node),
                 name,
             )
         left_expr = holders[0].columns[holders[0].find(name)]
         right_expr = item.columns[right_name]
-        comparable(left_expr, right_expr, f"USING ({name})", self.pos(node, "USING"))
+        comparable(left_expr, right_expr, f"USING ({name})", self.pos(node))
         self.conjuncts.append((Cmp("=", left_expr, right_expr), node))
         scope.merged[key] = merged | {h.alias for h in holders} | {item.alias}
 

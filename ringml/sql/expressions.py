@@ -775,14 +775,11 @@ def literal(value: Any) -> Lit:
     if isinstance(value, int | np.integer):
         return Lit(int(value), "int")
     if isinstance(value, decimal.Decimal):
-        return Lit(
-            value,
-            "int"
-            if value == value.to_integral_value()
-            and "." not in str(value)
-            and "e" not in str(value).lower()
-            else "float",
-        )
+        text = str(value).lower()
+        integral = value == value.to_integral_value() and "." not in text and "e" not in text
+        if integral and abs(value) < 2**63:
+            return Lit(int(value), "int")
+        return Lit(value, "float")
     if isinstance(value, float | np.floating):
         return Lit(decimal.Decimal(repr(float(value))), "float")
     if isinstance(value, str):

@@ -54,7 +54,7 @@ def parse_select(text: str) -> Any:
     if len(statements) > 1:
         raise SqlSyntaxError(
             "expected one SELECT statement, got several",
-            position_of(text, start_offset(statements[1])),
+            position_of(text, keyword_offset(text, statements[1], "SELECT")),
             "statement",
         )
     tree = statements[0]
@@ -76,26 +76,38 @@ def parse_select(text: str) -> Any:
     return tree
 
 
-def start_offset(node: Any) -> int | None:
-    """The smallest source offset recorded in ``node`` or below (identifiers, literals and
-    function names carry one)."""
-    best = None
+def _span(node: Any) -> tuple[int | None, int | None]:
+    """The smallest and largest source offsets recorded in ``node`` or below (identifiers,
+    literals and function names carry one)."""
+    first = last = None
     for sub in node.walk():
         meta = getattr(sub, "_meta", None) or {}
-        start = meta.get("start")
-        if start is not None and (best is None or start < best):
-            best = start
-    return best
+        start, end = meta.get("start"), meta.get("end")
+        if start is not None and (first is None or start < first):
+            first = start
+        if end is not None and (last is None or end > last):
+            last = end
+    return first, last
+
+
+def start_offset(node: Any) -> int | None:
+    """The smallest source offset recorded in ``node`` or below."""
+    return _span(node)[0]
 
 
 def keyword_offset(text: str, node: Any, keyword: str) -> int | None:
-    """The offset of the last ``keyword`` (a word or phrase, case-insensitive) before the
-    first recorded position of ``node``; that position when the keyword is not found."""
-    start = start_offset(node)
-    limit = len(text) if start is None else start + 1
+    """The offset of ``keyword`` (a word or phrase, case-insensitive) for ``node``: its first
+    occurrence inside the node's span, else its last one before it; the node's start when
+    neither is found."""
+    start, end = _span(node)
     pattern = r"\b" + r"\s+".join(re.escape(w) for w in keyword.split()) + r"\b"
-    found = [m.start() for m in re.finditer(pattern, text[:limit], flags=re.IGNORECASE)]
-    return found[-1] if found else start
+    if start is not None:
+        inside = re.compile(pattern, re.IGNORECASE).search(text, start, (end or start) + 1)
+        if inside:
+            return inside.start()
+    limit = len(text) if start is None else start
+    before = [m.start() for m in re.finditer(pattern, text[:limit], flags=re.IGNORECASE)]
+    return before[-1] if before else start
 
 
 def node_position(text: str, node: Any, keyword: str | None = None) -> tuple[int, int] | None:

@@ -1,0 +1,199 @@
+"""Bad SQL and bad rows: a ringml error naming the construct and its position, and nothing
+changed (catalog, tables, every view and its subscribers)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from ringml import BatchError, RingmlError, UpdateBatch
+from ringml.sql import (
+    Catalog,
+    Database,
+    SqlError,
+    SqlNameError,
+    SqlSemanticError,
+    SqlSyntaxError,
+    SqlTypeError,
+    SqlUnsupportedError,
+)
+
+SCHEMA = """
+CREATE TABLE R (a INTEGER, b INTEGER, x DOUBLE);
+CREATE TABLE S (b INTEGER, c VARCHAR, y INTEGER);
+CREATE TABLE T (c VARCHAR, d DATE, z DOUBLE);
+"""
+
+# (SQL, error class, construct, (line, column))
+CASES = [
+    ("SELECT a FROM R WHERE (a", SqlSyntaxError, "a", (1, 24)),
+    ("SELECT a FROM R WHERE c = 'x", SqlSyntaxError, None, (1, 27)),
+    ("SELECT a b c FROM R", SqlSyntaxError, "c", (1, 12)),
+    ("SELECT a FROM R; SELECT b FROM S", SqlSyntaxError, "statement", (1, 18)),
+    ("DELETE FROM R", SqlSyntaxError, "Delete", (1, 13)),
+    ("SELECT a FROM Q", SqlNameError, "Q", (1, 15)),
+    ("SELECT R.q FROM R", SqlNameError, "R.q", (1, 8)),
+    ("SELECT b FROM R JOIN S ON R.b = S.b", SqlNameError, "b", (1, 8)),
+    ("SELECT a FROM R r JOIN S ON q.b = r.b", SqlNameError, "q.b", (1, 29)),
+    ("SELECT a FROM R JOIN S USING (z)", SqlNameError, "z", (1, 31)),
+    ("SELECT a FROM R WHERE\n  b = 'x'", SqlTypeError, "the comparison =", (2, 3)),
+    ("SELECT SUM(c) FROM S", SqlTypeError, "SUM", (1, 8)),
+    ("SELECT a FROM R WHERE x BETWEEN 'a' AND 'b'", SqlTypeError, "the comparison >=", (1, 23)),
+    ("SELECT a FROM R JOIN S ON R.b = S.c", SqlTypeError, "the comparison =", (1, 27)),
+    ("SELECT d - 1 FROM T", SqlTypeError, "the operator -", (1, 8)),
+    ("SELECT a FROM R WHERE a + 1", SqlTypeError, "WHERE", (1, 23)),
+    ("SELECT a FROM R WHERE c LIKE 'x%'", SqlNameError, "c", (1, 23)),
+    ("SELECT c FROM S WHERE c LIKE 5", SqlUnsupportedError, None, (1, 23)),
+    ("SELECT MAX(a) FROM R", SqlUnsupportedError, "MAX", (1, 8)),
+    ("SELECT a, MIN(x) FROM R GROUP BY a", SqlUnsupportedError, "MIN", (1, 11)),
+    ("SELECT a, SUM(x) OVER (PARTITION BY b) FROM R", SqlUnsupportedError, "OVER", (1, 18)),
+    ("SELECT a FROM R LEFT JOIN S ON R.b = S.b", SqlUnsupportedError, "LEFT JOIN", (1, 17)),
+    ("SELECT a FROM R FULL OUTER JOIN S USING (b)", SqlUnsupportedError, "FULL JOIN", (1, 17)),
+    ("SELECT a FROM R, S WHERE R.b = S.b OR R.a = S.y", SqlUnsupportedError, "OR across tables",
+     (1, 36)),
+    ("SELECT a FROM R, S WHERE R.b < S.b", SqlUnsupportedError, "non-equality join predicate",
+     (1, 26)),
+    ("SELECT a FROM R WHERE b IN (SELECT b FROM S)", SqlUnsupportedError, "subquery", (1, 29)),
+    ("SELECT COUNT(DISTINCT a) FROM R", SqlUnsupportedError, "DISTINCT", (1, 14)),
+    ("SELECT a FROM R, S", SqlUnsupportedError, "Cartesian product", (1, 18)),
+    ("SELECT R.a + S.y, COUNT(*) FROM R JOIN S ON R.b = S.b GROUP BY R.a + S.y",
+     SqlUnsupportedError, "GROUP BY over several tables", (1, 64)),
+    ("SELECT a FROM R UNION SELECT b FROM S", SqlUnsupportedError, "UNION", (1, 17)),
+    ("SELECT * FROM (SELECT b, COUNT(*) FROM R GROUP BY b) q", SqlUnsupportedError,
+     "derived table with GROUP BY", (1, 42)),
+    ("SELECT SUM(CASE WHEN R.a = S.y THEN 1 ELSE 0 END) FROM R JOIN S ON R.b = S.b",
+     SqlUnsupportedError, "CASE condition over several tables", (1, 8)),
+    ("SELECT a FROM R ORDER BY a LIMIT a", SqlUnsupportedError, "LIMIT", (1, 28)),
+    ("WITH RECURSIVE q AS (SELECT a FROM R) SELECT a FROM q", SqlUnsupportedError, "RECURSIVE",
+     (1, 6)),
+    ("SELECT a, COUNT(*) FROM R GROUP BY b", SqlSemanticError, "a", (1, 8)),
+    ("SELECT a FROM R WHERE SUM(x) > 1", SqlSemanticError, "SUM", (1, 23)),
+    ("SELECT SUM(COUNT(*)) FROM R", SqlSemanticError, "COUNT", (1, 12)),
+    ("SELECT a FROM R r1, R r1", SqlSemanticError, "r1", (1, 21)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("sql, kind, construct, position", CASES)
+def test_each_error_names_its_construct_and_position(sql, kind, construct, position):
+    db = Database(SCHEMA)
+    with pytest.raises(kind) as info:
+        db.create_view("v", sql)
+    error = info.value
+    assert isinstance(error, SqlError) and isinstance(error, RingmlError)
+    assert error.position == position, str(error)
+    if construct is not None:
+        assert error.construct == construct, str(error)
+    assert f"line {position[0]}, column {position[1]}" in str(error)
+    assert db.views == {}
+
+
+def snapshot(db: Database) -> dict:
+    """Everything a client can see: tables, views' rows, the catalog."""
+    state = {("table", t): db.table(t) for t in db.catalog}
+    state.update({("view", n): v.to_pandas() for n, v in db.views.items()})
+    state["catalog"] = repr(db.catalog)
+    return state
+
+
+def assert_unchanged(before: dict, after: dict) -> None:
+    assert before.keys() == after.keys()
+    for key, value in before.items():
+        if isinstance(value, pd.DataFrame):
+            pd.testing.assert_frame_equal(value, after[key], obj=str(key))
+        else:
+            assert value == after[key]
+
+
+@pytest.fixture
+def loaded():
+    db = Database(SCHEMA)
+    db.insert("R", {"a": [1, 2, 2**62], "b": [0, 1, 1], "x": [0.5, 1.5, 2.0]})
+    db.insert("S", {"b": [0, 1], "c": ["p", "q"], "y": [3, 4]})
+    db.insert("T", {"c": ["p"], "d": ["2020-01-01"], "z": [1.0]})
+    db.create_view("counts", "SELECT S.c, COUNT(*) AS n FROM R JOIN S ON R.b = S.b GROUP BY S.c")
+    db.create_view("sums", "SELECT SUM(a) AS total FROM R")
+    diffs = []
+    db.view("counts").subscribe(diffs.append)
+    db.view("sums").subscribe(diffs.append)
+    return db, diffs
+
+
+@pytest.mark.parametrize(
+    "table, rows, message",
+    [
+        ("R", {"a": [1], "b": [0]}, "lack"),
+        ("R", {"a": [1], "b": [0], "x": [1.0], "w": [2]}, "extra"),
+        ("R", {"a": ["1"], "b": [0], "x": [1.0]}, "is not a number"),
+        ("R", {"a": [1.5], "b": [0], "x": [1.0]}, "is not an integer"),
+        ("R", {"a": [1], "b": [0], "x": [None]}, "NULL"),
+        ("S", {"b": [0], "c": [7], "y": [1]}, "is not a string"),
+        ("T", {"c": ["p"], "d": ["yesterday"], "z": [1.0]}, "is not a date"),
+        ("Q", {"a": [1]}, "unknown table"),
+    ],
+)
+def test_rejected_inserts_change_nothing(loaded, table, rows, message):
+    db, diffs = loaded
+    before = snapshot(db)
+    with pytest.raises(BatchError, match=message):
+        db.insert(table, rows)
+    assert_unchanged(before, snapshot(db))
+    assert diffs == []
+
+
+def test_an_absent_delete_rejects_the_whole_atomic_batch(loaded):
+    db, diffs = loaded
+    before = snapshot(db)
+    with pytest.raises(BatchError, match="not present"):
+        db.apply(
+            [
+                UpdateBatch.inserts("S", pd.DataFrame({"b": [1], "c": ["z"], "y": [9]})),
+                UpdateBatch.deletes("R", pd.DataFrame({"a": [1], "b": [0], "x": [0.75]})),
+            ]
+        )
+    assert_unchanged(before, snapshot(db))
+    with pytest.raises(BatchError, match="not present"):  # one row, deleted twice
+        db.delete("R", {"a": [1, 1], "b": [0, 0], "x": [0.5, 0.5]})
+    assert_unchanged(before, snapshot(db))
+    assert diffs == []
+
+
+def test_an_overflow_in_one_view_undoes_the_views_applied_before_it(loaded):
+    """SUM(a) leaves int64: 'sums' rejects the batch after 'counts' took it; 'counts' is
+    rolled back, the table keeps its rows, no subscriber hears of it."""
+    db, diffs = loaded
+    before = snapshot(db)
+    with pytest.raises(BatchError):
+        db.insert("R", {"a": [2**62, 5], "b": [1, 0], "x": [1.0, 1.0]})
+    assert_unchanged(before, snapshot(db))
+    assert diffs == []
+    db.insert("R", {"a": [5], "b": [0], "x": [1.0]})  # still maintained
+    assert db.view("sums").to_pandas()["total"].tolist() == [2**62 + 8]
+    assert len(diffs) == 2
+
+
+def test_rejected_views_and_tables_change_nothing(loaded):
+    db, diffs = loaded
+    before = snapshot(db)
+    for sql in ("SELECT MAX(a) FROM R", "SELECT nope FROM R", "SELEC a FROM R"):
+        with pytest.raises(SqlError):
+            db.create_view("bad", sql)
+    with pytest.raises(SqlNameError):
+        db.create_view("counts", "SELECT a FROM R")  # the name is taken
+    with pytest.raises(SqlNameError):
+        db.create_table("CREATE TABLE U (k INTEGER); CREATE TABLE R (k INTEGER)")
+    with pytest.raises(SqlTypeError, match="unsupported column type") as info:
+        db.create_table("CREATE TABLE U (k INTEGER,\n  blob BLOB)")
+    assert info.value.position == (2, 3)
+    with pytest.raises(SqlSyntaxError):
+        db.create_table("CREATE TABLE U AS SELECT a FROM R")
+    assert_unchanged(before, snapshot(db))
+    assert "U" not in db.catalog and diffs == []
+
+
+def test_catalog_from_a_mapping_checks_types():
+    with pytest.raises(SqlTypeError, match="unsupported column type"):
+        Catalog({"R": {"a": "GEOMETRY"}})
+    with pytest.raises(SqlNameError, match="twice"):
+        Catalog({"R": {"a": "INT", "A": "INT"}})
+    catalog = Catalog({"R": [("a", "BIGINT"), ("when", "TIMESTAMP")]})
+    assert catalog.table("r").types == ("int", "date")
