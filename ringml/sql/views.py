@@ -46,9 +46,13 @@ def engine_groups(maintainer: Maintainer, plan: ViewPlan) -> tuple[dict, dict]:
     store = _root_store(maintainer)
     codes, payload = store.entries()
     keys = {var: maintainer.decode(var, codes[:, store.keys.index(var)]) for var, _ in plan.keys}
-    parts = payload if isinstance(payload, tuple) else (payload,)
-    components = {c.name: np.asarray(p) for c, p in zip(plan.components, parts, strict=True)}
-    return keys, components
+    parts = _parts(payload)
+    return keys, {c.name: p for c, p in zip(plan.components, parts, strict=True)}
+
+
+def _parts(payload) -> list[np.ndarray]:
+    """The component arrays of a payload batch (one ring, or a product of rings)."""
+    return [np.asarray(p) for p in (payload if isinstance(payload, tuple) else (payload,))]
 
 
 @dataclass
@@ -105,6 +109,44 @@ class View:
         subscription = Subscription(self, callback)
         self._subscribers.append(subscription)
         return subscription
+
+    @property
+    def windowed(self) -> bool:
+        """Whether LIMIT/OFFSET cut the result (a change of one group moves others in)."""
+        return self.plan.limit is not None or self.plan.offset > 0
+
+    def diff(self, delta) -> pd.DataFrame:
+        """The output rows that left and came with an apply, from the engine's change of the
+        result (``delta``: the changed groups and their payload changes): the changed
+        groups' rows now and before (now minus the change), their multiset difference."""
+        if delta is None or not len(delta):
+            return row_changes(self._empty, self._empty)
+        store = _root_store(self.maintainer)
+        codes = delta.codes  # in the order of the free variables; the store has its own
+        slots = store.lookup(codes[:, [delta.free.index(k) for k in store.keys]])
+        present = slots >= 0
+        taken = _parts(store.take(slots[present]))
+        change = _parts(delta.payload)
+        now, then = [], []
+        for part, moved in zip(taken, change, strict=True):
+            current = np.zeros(len(codes), dtype=part.dtype)
+            current[present] = part
+            now.append(current)
+            then.append(current - moved)
+        keys = delta.columns()
+        rows = []
+        for parts in (then, now):
+            exists = parts[0] > 0  # the row count: a group exists while it has rows
+            groups = {v: np.asarray(values)[exists] for v, values in keys.items()}
+            components = {
+                c.name: p[exists] for c, p in zip(self.plan.components, parts, strict=True)
+            }
+            rows.append(view_rows(self.plan, groups, components))
+        return row_changes(*rows)
+
+    @property
+    def _empty(self) -> pd.DataFrame:
+        return self.to_pandas().iloc[:0]
 
     def explain(self) -> str:
         """The logical plan and the engine's view tree."""
@@ -275,16 +317,17 @@ class Database:
             return
         typed = {t: (c.frame, c.signs) for t, c in changes.items()}
         touched = [v for v in self._views.values() if set(v.plan.tables) & set(typed)]
-        watched = {v.name: v.to_pandas() for v in touched if v._subscribers}
-        applied: list[tuple[View, list]] = []
+        # a LIMIT/OFFSET view's diff needs its whole result before (other groups move in)
+        before = {v.name: v.to_pandas() for v in touched if v._subscribers and v.windowed}
+        applied: list[tuple[View, list, object]] = []
         try:
             for view in touched:
                 engine_batches = view.batches(typed)
                 if engine_batches:
-                    view.maintainer.apply(engine_batches)
-                    applied.append((view, engine_batches))
+                    delta = view.maintainer.apply(engine_batches)
+                    applied.append((view, engine_batches, delta))
         except RingmlError as error:
-            for view, engine_batches in reversed(applied):  # undo: the inverse batches
+            for view, engine_batches, _ in reversed(applied):  # undo: the inverse batches
                 view.maintainer.apply(
                     [UpdateBatch(b.relation, b.rows, -b.signs()) for b in reversed(engine_batches)]
                 )
@@ -293,9 +336,13 @@ class Database:
             raise BatchError(str(error)) from error
         for table, change in changes.items():
             self._tables[table].commit(change)
-        for name, before in watched.items():
-            view = self._views[name]
-            diff = row_changes(before, view.to_pandas())
+        for view, _, delta in applied:
+            if not view._subscribers:
+                continue
+            if view.windowed:
+                diff = row_changes(before[view.name], view.to_pandas())
+            else:
+                diff = view.diff(delta)
             if len(diff):
                 for subscription in list(view._subscribers):
                     subscription.callback(diff)
