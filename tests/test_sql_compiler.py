@@ -173,3 +173,11 @@ def test_order_by_a_column_outside_a_bag_projection_keeps_it_as_a_hidden_key():
     p = plan("SELECT a FROM R ORDER BY x DESC LIMIT 3")
     assert [v for v, _ in p.keys] == ["R.a", "R.x"] and p.columns == ("a",)
     assert p.order[0].descending and p.limit == 3
+
+
+def test_items_joined_by_nothing_form_a_cartesian_product():
+    p = plan("SELECT COUNT(*) FROM R, E")
+    assert [(a.alias, a.columns) for a in p.atoms] == [("R", ("#0",)), ("E", ("#0",))]
+    assert p.query().components() == [["R"], ["E"]]
+    p = plan("SELECT R.a, S.c FROM R, S, T WHERE S.c = T.c")
+    assert p.query().components() == [["R"], ["S", "T"]]

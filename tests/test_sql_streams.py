@@ -97,6 +97,12 @@ VIEWS = {
         "ON R.b = S.b GROUP BY R.a",
         [],
     ),
+    "product": (
+        "SELECT R.a, S.c, COUNT(*) AS n, SUM(R.x * S.y) AS s FROM R, S GROUP BY R.a, S.c",
+        [],
+    ),
+    "product_bag": ("SELECT R.a, T.z FROM R, S, T WHERE S.c = T.c AND S.y > 1", []),
+    "product_count": ("SELECT COUNT(*) FROM R, E", []),
     "computed_join": (
         "SELECT S.c, COUNT(*) FROM S JOIN T ON UPPER(S.c) = UPPER(T.c) AND S.y > 0 GROUP BY S.c",
         [],

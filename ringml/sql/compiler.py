@@ -5,7 +5,8 @@ The view class: SELECT-FROM-WHERE-GROUP BY-HAVING-ORDER BY-LIMIT over inner join
 ``JOIN ... ON``, ``NATURAL JOIN``, ``USING``), table aliases and self-joins, derived tables
 and CTEs without aggregates (inlined).  WHERE/ON conjuncts are either selections on one FROM
 item (any condition) or equalities between expressions of two items (joins: union-find of
-join terms, one query variable per class).  Group-by keys are expressions of one item.
+join terms, one query variable per class); items joined by no equality form a Cartesian
+product of connected pieces.  Group-by keys are expressions of one item.
 ``COUNT``/``SUM``/``AVG`` take expressions over any items: each argument is expanded into a
 sum of products of per-item factors (NULLs tracked by a second such sum), so each distinct
 product becomes one ring component.  Anything else raises a :class:`SqlError` naming the
@@ -267,7 +268,6 @@ class _Compiler:
         limit, offset = self.limit(select)
         aggregate_plans, components = self.aggregate_plans(aggregates)
         atoms = self.atom_plans()
-        self.check_connected(atoms)
         return ViewPlan(
             sql=self.text,
             atoms=atoms,
@@ -1298,28 +1298,6 @@ class _Compiler:
                 )
             )
         return tuple(plans)
-
-    def check_connected(self, atoms: tuple[AtomPlan, ...]) -> None:
-        if len(atoms) < 2:
-            return
-        reached = {atoms[0].alias}
-        variables = set(atoms[0].variables)
-        changed = True
-        while changed:
-            changed = False
-            for a in atoms:
-                if a.alias not in reached and variables & set(a.variables):
-                    reached.add(a.alias)
-                    variables |= set(a.variables)
-                    changed = True
-        apart = [a.alias for a in atoms if a.alias not in reached]
-        if apart:
-            raise self.unsupported(
-                f"a Cartesian product: {sorted(reached)} and {apart} share no join condition",
-                self.atoms[apart[0]].node,
-                hint="add an equality joining them",
-                construct="Cartesian product",
-            )
 
 
 # ------------------------------------------------------------------------------ helpers
