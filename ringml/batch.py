@@ -19,7 +19,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .encoding import _INT, _INT64_MAX, Dictionary, EncodingError, _big_int_bits, _value_keys
+from .encoding import (
+    _BIG,
+    _FLOAT,
+    _INT,
+    _INT64_MAX,
+    Dictionary,
+    EncodingError,
+    _big_int_bits,
+    _float_keys,
+    _value_keys,
+    fits_int64,
+)
 from .errors import BatchError, InputTypeError
 from .keyindex import KeyIndex, hash_rows
 from .query import Query
@@ -181,17 +192,65 @@ class PreparedRows:
         return best, value
 
 
-def _exact_big(bits: np.ndarray, ints: np.ndarray) -> np.ndarray:
-    """Float64 bits of integers, but the integer itself beyond 2**53, where float64 rounds
-    (no float equals such an integer, so tuples differing there must not collide); uint64
-    values beyond int64 are keyed like the same Python int (:func:`_big_int_bits`)."""
-    if ints.dtype.kind == "u":
-        over = ints > _INT64_MAX
-        exact = np.array(_exact_big(bits, ints.astype(np.int64)))  # wrapped ones: replaced
-        exact[over] = _big_int_bits(ints[over])
-        return exact
-    big = np.abs(ints) > 2**53
-    return np.where(big, ints, bits) if big.any() else bits
+# splitmix64's finalizer and a salt per kind of value (see _value_fingerprint_keys)
+_MIX_A, _MIX_B = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_SALTS = (np.arange(1, 7, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)).astype(np.uint64)
+
+
+def _mix64(z: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """splitmix64's finalizer (a bijection of 64-bit words) of uint64 ``z``, into ``out``
+    (a new array, or ``z`` itself)."""
+    scratch = z >> np.uint64(30)
+    out = np.bitwise_xor(z, scratch, out=out)
+    for factor, shift in ((_MIX_A, np.uint64(27)), (_MIX_B, np.uint64(31))):
+        np.multiply(out, factor, out=out)
+        np.right_shift(out, shift, out=scratch)
+        np.bitwise_xor(out, scratch, out=out)
+    return out
+
+
+def _value_fingerprint_keys(kinds: np.ndarray, bits: np.ndarray) -> np.ndarray:
+    """One int64 key per value from its ``(kind, bits)`` (:func:`_value_keys`): an integer
+    of int64's range is itself (``1``, ``1.0``, uint64 ``1`` and object ``1`` alike), every
+    other value its bits mixed, then xor-ed with its kind's salt (so a value meets an integer,
+    or a value of another kind, only by a 64-bit hash accident)."""
+    other = kinds != _INT
+    if not other.any():
+        return bits
+    mixed = _mix64(bits.view(np.uint64))
+    np.bitwise_xor(mixed, _SALTS[kinds], out=mixed)
+    return np.where(other, mixed.view(np.int64), bits)
+
+
+def _float_fingerprint_keys(floats: np.ndarray) -> np.ndarray:
+    """:func:`_value_fingerprint_keys` of float64 values as :func:`_float_keys` keys them,
+    in fewer passes; ``floats`` (1-d, a private copy) is overwritten."""
+    if not np.abs(floats).max(initial=0.0) < 2.0**63:  # beyond int64, NaN or inf: rare
+        return _value_fingerprint_keys(*_float_keys(floats))
+    as_int = floats.astype(np.int64)
+    integral = as_int == floats
+    if integral.all():
+        return as_int
+    bits = floats.view(np.uint64)
+    mixed = _mix64(bits, out=bits)
+    np.bitwise_xor(mixed, _SALTS[_FLOAT], out=mixed)
+    np.copyto(mixed, as_int.view(np.uint64), where=integral)
+    return mixed.view(np.int64)
+
+
+def _column_fingerprint_keys(data: np.ndarray) -> np.ndarray:
+    """:func:`_value_fingerprint_keys` of a column that is not float (integers without the
+    (n, 2) keys)."""
+    if data.dtype.kind in "iub":
+        ints = data.astype(np.int64, copy=False)
+        if fits_int64(data):
+            return ints
+        big = data > _INT64_MAX
+        bits = np.array(ints)
+        bits[big] = _big_int_bits(data[big])
+        return _value_fingerprint_keys(np.where(big, _BIG, _INT), bits)
+    keys = _value_keys(data)[0]
+    return _value_fingerprint_keys(keys[:, 0], keys[:, 1])
 
 
 _FLUSH_AT = 16384  # recorded tuple changes before they are folded into the index
@@ -215,32 +274,20 @@ class TupleCounts:
 
     @staticmethod
     def fingerprints(columns: Sequence[np.ndarray]) -> np.ndarray:
-        """A 64-bit hash of every row of these columns; numbers hash by value (``1 == 1.0``)."""
+        """A 64-bit hash of every row of these columns, of its values: equal values have
+        equal keys whatever the column's type (``1 == 1.0``), distinct ones distinct keys
+        (:func:`_value_fingerprint_keys`)."""
         n = columns[0].shape[0] if len(columns) else 0
-        numeric = [j for j, data in enumerate(columns) if data.dtype.kind in "iufb"]
-        # numeric columns as float64 rows of one array: one conversion each, one -0.0 fix
-        floats = np.empty((len(numeric), n))
-        for row, j in enumerate(numeric):
-            floats[row] = columns[j]
-        floats += 0.0
-        bits = floats.view(np.int64)
-        hashed = []
-        ints = [row for row, j in enumerate(numeric) if columns[j].dtype.kind in "iu"]
-        # only integers of magnitude >= 2**53 may round in float64: check those exactly
-        if ints and n and np.abs(floats[ints]).max() >= 2.0**53:
-            for row in ints:
-                bits[row] = _exact_big(bits[row], columns[numeric[row]])
-        at = dict(zip(numeric, bits, strict=True))
-        for j, data in enumerate(columns):
-            if j in at:
-                hashed.append(at[j])
-            else:
-                keys = _value_keys(data)[0]
-                ints = keys[:, 0] == _INT  # numbers in object columns hash like numeric ones
-                as_float = (keys[ints, 1].astype(np.float64) + 0.0).view(np.int64)
-                keys[ints, 1] = _exact_big(as_float, keys[ints, 1])
-                hashed.append(keys[:, 1])
-        return hash_rows(hashed).view(np.int64)
+        floats = [j for j, data in enumerate(columns) if data.dtype.kind == "f"]
+        keys = [None if j in floats else _column_fingerprint_keys(d) for j, d in enumerate(columns)]
+        if floats:  # float columns as rows of one (private) array: one pass for all
+            stacked = np.empty((len(floats), n))
+            for row, j in enumerate(floats):
+                stacked[row] = columns[j]
+            float_keys = _float_fingerprint_keys(stacked.reshape(-1)).reshape(len(floats), n)
+            for row, j in enumerate(floats):
+                keys[j] = float_keys[row]
+        return hash_rows(keys).view(np.int64)
 
     def current(self, unique: np.ndarray) -> np.ndarray:
         """Stored multiplicity of each fingerprint (0 when absent; ``unique``: sorted, distinct).

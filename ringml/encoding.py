@@ -31,6 +31,24 @@ def _big_int_bits(values) -> np.ndarray:
     return pd.util.hash_array(digits, categorize=False).view(np.int64)
 
 
+def _float_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(kind, bits) of float64 values, by value: an integral float is the same number as
+    the integer (``2.0**60 == 2**60``): _INT in int64's range, _BIG beyond it; other floats
+    (and NaN, inf) are _FLOAT with their bits.  Python ints only for floats beyond int64."""
+    values = values.astype(np.float64, copy=False)
+    with np.errstate(invalid="ignore"):
+        as_int = values.astype(np.int64)
+    inside = (values >= -(2.0**63)) & (values < 2.0**63)
+    integral = inside & (as_int == values)  # -0.0 -> 0
+    kinds = np.where(integral, _INT, _FLOAT)
+    bits = np.where(integral, as_int, values.view(np.int64))
+    big = np.flatnonzero(~inside & np.isfinite(values))  # every such float is integral
+    if big.size:
+        kinds[big] = _BIG
+        bits[big] = _big_int_bits(values[big])
+    return kinds, bits
+
+
 def fits_int64(values: np.ndarray) -> bool:
     """An integer or boolean column whose values all fit int64 (uint64 may not)."""
     return values.dtype.kind != "u" or not values.size or int(values.max()) <= _INT64_MAX
@@ -63,12 +81,7 @@ def _value_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if bad.size:
             i = int(bad[0])
             raise EncodingError(f"value {values[i]!r} cannot be a key", i, values[i])
-        with np.errstate(invalid="ignore"):  # values beyond int64 are not integral here
-            as_int = values.astype(np.int64)
-        integral = (as_int == values) & (np.abs(values) < 2.0**53)
-        keys[:, 0] = np.where(integral, _INT, _FLOAT)
-        normalized = values + 0.0  # -0.0 -> 0.0
-        keys[:, 1] = np.where(integral, as_int, normalized.view(np.int64))
+        keys[:, 0], keys[:, 1] = _float_keys(values)
         return keys, values
     if kind in "mM":
         if np.isnat(values).any():

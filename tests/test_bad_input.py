@@ -305,6 +305,62 @@ def test_uint64_tuples_are_told_apart_exactly_by_the_delete_check(strategy):
     assert m.result() == {}
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(
+    "present, absent",
+    [
+        # np.abs(-2**63) overflowed, so it was keyed by its float bits: this integer
+        (np.array([-(2**63)]), np.array([-4332462841530417152])),
+        (np.array([-4332462841530417152]), np.array([-(2**63)])),
+        # integers beyond 2**53 were keyed raw: 1.0's bit pattern
+        (np.array([4607182418800017408]), np.array([1.0])),
+        (np.array([1.0]), np.array([4607182418800017408])),
+        (np.array([0.5]), np.array([4602678819172646912])),
+        (np.array([2**53 + 1]), np.array([2.0**53])),
+    ],
+)
+def test_fingerprint_collisions_of_the_old_keys_are_told_apart(strategy, present, absent):
+    """Deleting a value that only shared the old tuple key of the present one is rejected,
+    naming the relation, with every view unchanged; the present one deletes."""
+    q = rm.Query({"R": ["k", "a"], "S": ["a", "b"]}, IntegerRing(), free=["k"])
+    m = rm.Maintainer(q, strategy=strategy)
+    m.insert("S", pd.DataFrame({"a": [1], "b": [1]}))
+    m.insert("R", pd.DataFrame({"k": present, "a": [1]}))
+    error = rejected(m, lambda: m.delete("R", pd.DataFrame({"k": absent, "a": [1]})), relation="R")
+    assert "not present" in str(error)
+    m.delete("R", pd.DataFrame({"k": present, "a": [1]}))
+    assert m.result() == {}
+
+
+EQUAL_KEYS = [  # one number in different column types (object: as Python ints and floats)
+    [np.array([1]), np.array([1.0]), np.array([1], object), np.array([1], np.uint64)],
+    [np.array([True]), np.array([1.0], object), np.array([1.0], np.float32), np.array([1])],
+    [np.array([-(2**63)]), np.array([-(2.0**63)]), np.array([-(2**63)], object)],
+    [np.array([2**60]), np.array([2.0**60]), np.array([2**60], np.uint64)],
+    [np.array([2**64 - 1], np.uint64), np.array([2**64 - 1], object)],
+    [np.array([2**63], np.uint64), np.array([2.0**63]), np.array([2**63], object)],
+    [np.array([2**70], object), np.array([2.0**70]), np.array([2.0**70], object)],
+    [np.array([10**20], object), np.array([1e20])],
+    [np.array([0]), np.array([-0.0]), np.array([-0.0], object)],
+]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_equal_numbers_of_any_column_type_are_one_tuple(strategy):
+    """A tuple inserted with its key in one column type deletes with it in another (Python's
+    ``==``: ``2.0**70 == 2**70``, which no uint64 holds), and joins it."""
+    q = rm.Query({"R": ["k", "a"], "S": ["k", "b"]}, IntegerRing(), free=["k"])
+    m = rm.Maintainer(q, strategy=strategy)
+    for group in EQUAL_KEYS:
+        for put, take in zip(group, group[1:] + group[:1], strict=True):
+            m.insert("R", pd.DataFrame({"k": put, "a": [1]}))
+            m.insert("S", pd.DataFrame({"k": take, "b": [1]}))
+            assert list(m.result().values()) == [1], (put, take)
+            m.delete("R", pd.DataFrame({"k": take, "a": [1]}))
+            m.delete("S", pd.DataFrame({"k": put, "b": [1]}))
+            assert m.result() == {}
+
+
 # ------------------------------------------------------------------ 4. schemas
 def test_schema_mistakes_are_rejected_when_the_query_is_made():
     with pytest.raises(SchemaError, match=r"relation 'R'.*string 'AB'"):

@@ -1,19 +1,24 @@
 """Engine building blocks kept fast without changing what they compute.
 
 Grouping, row hashing and tuple fingerprints are compared with straightforward reference
-versions (fingerprints are stored in pickled maintainers, so they must never change), and a
-delta that joins with nothing must leave every view as it was.
+versions (fingerprints are stored in pickled maintainers: they are pinned to a per-value
+reference and to literal values, so changing them is a decision), and a delta that joins
+with nothing must leave every view as it was.
 """
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ringml.applications import covariance_query
-from ringml.batch import TupleCounts, _exact_big
-from ringml.encoding import _INT, _big_int_bits, _value_keys
+from ringml.batch import TupleCounts, _value_fingerprint_keys
+from ringml.encoding import Dictionary, _value_keys
 from ringml.keyindex import hash_rows
 from ringml.maintainer import Maintainer
 from ringml.store import group_rows
@@ -34,60 +39,190 @@ def reference_hash(columns: list[np.ndarray]) -> np.ndarray:
     return h
 
 
+M64 = 2**64 - 1
+KIND_SALT = {"float": 2, "other": 3, "time": 4, "big": 5}  # _FLOAT.._BIG + 1
+
+
+def splitmix64(z: int) -> int:
+    z ^= z >> 30
+    z = (z * 0xBF58476D1CE4E5B9) & M64
+    z ^= z >> 27
+    z = (z * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def signed(z: int) -> int:
+    return z - 2**64 if z >= 2**63 else z
+
+
+def mixed(kind: str, bits: int) -> int:
+    """A value that is not an int64 integer: its 64 bits mixed, xor its kind's salt."""
+    return signed(splitmix64(bits & M64) ^ ((KIND_SALT[kind] * 0x9E3779B97F4A7C15) & M64))
+
+
+def reference_key(x) -> int:
+    """The fingerprint key of one value, from Python ints and struct-packed floats: an
+    integer of int64's range is itself, other numbers and strings are mixed by kind."""
+    if isinstance(x, (bool, np.bool_, int, np.integer)):
+        x = int(x)
+        if -(2**63) <= x < 2**63:
+            return x
+        digits = pd.util.hash_array(np.array([str(x)], dtype=object), categorize=False)
+        return mixed("big", int(digits[0]))
+    if isinstance(x, (float, np.floating)):
+        x = float(x)
+        if x.is_integer():  # 1.0 is 1, 2.0**70 is 2**70
+            return reference_key(int(x))
+        return mixed("float", struct.unpack("<Q", struct.pack("<d", x))[0])
+    if isinstance(x, np.datetime64):
+        return mixed("time", int(x.astype("datetime64[ns]").astype(np.int64)))
+    return mixed("other", int(pd.util.hash_array(np.array([x], dtype=object))[0]))
+
+
 def reference_fingerprints(columns: list[np.ndarray]) -> np.ndarray:
-    hashed = []
-    for data in columns:
-        if data.dtype.kind == "u":  # as Python ints: exact beyond 2**53, by digits beyond int64
-            hashed.append(np.array([reference_int_key(int(x)) for x in data], dtype=np.int64))
-        elif data.dtype.kind in "iufb":
-            bits = (data.astype(np.float64) + 0.0).view(np.int64)
-            if data.dtype.kind == "i":
-                bits = _exact_big(bits, data)
-            hashed.append(bits)
-        else:
-            keys = _value_keys(data)[0]
-            ints = keys[:, 0] == _INT
-            as_float = (keys[ints, 1].astype(np.float64) + 0.0).view(np.int64)
-            keys[ints, 1] = _exact_big(as_float, keys[ints, 1])
-            hashed.append(keys[:, 1])
-    return reference_hash(hashed).view(np.int64)
-
-
-def reference_int_key(x: int) -> int:
-    if abs(x) <= 2**53:
-        return int(np.float64(x).view(np.int64))
-    return x if x < 2**63 else int(_big_int_bits([x])[0])
+    keys = [np.array([reference_key(x) for x in data], dtype=np.int64) for data in columns]
+    return reference_hash(keys).view(np.int64)
 
 
 @pytest.mark.parametrize("big", [False, True])
-def test_fingerprints_and_row_hashes_are_unchanged(big):
+def test_fingerprints_and_row_hashes_are_pinned(big):
+    """Tuple fingerprints (kept in pickled state) follow the per-value reference; they
+    changed once, from float64 bits below 2**53 and the raw integer above it (so -2**63 met
+    -4332462841530417152 and 4607182418800017408 met 1.0), to the integer itself."""
     rng = np.random.default_rng(1)
     n = 300
     ints = rng.integers(-(10**6), 10**6, n)
     unsigned = rng.integers(0, 2**63, n, dtype=np.uint64)
-    if big:  # beyond 2**53 integers hash exactly, not by their rounded float
-        ints[:5] = [2**53 + 1, -(2**63), 2**62 + 3, -(2**53) - 1, 2**53]
+    floats = rng.normal(size=n)
+    if big:  # the ends of int64 and beyond, exactly
+        ints[:6] = [2**53 + 1, -(2**63), 2**63 - 1, 2**62 + 3, -(2**53) - 1, 4607182418800017408]
         unsigned[:4] = [2**64 - 1, 2**63, 2**60 + 1, 2**60]
-    else:  # uint64 values below 2**53 hash as they always did: by their float
+        floats[:6] = [2.0**63, -(2.0**63), 1e20, 2.0**60, -1e300, 4.5e15 + 0.5]
+    else:
         unsigned >>= np.uint64(11)
     columns = [
         ints,
-        rng.normal(size=n),
+        floats,
         np.where(rng.random(n) < 0.5, -0.0, 0.0),
+        rng.integers(-3, 3, n) * 0.5,  # integral and not, in one column
         rng.integers(0, 2, n).astype(bool),
         unsigned,
-        np.array(["a", 1, 2.0, 2**70, -0.0], dtype=object)[rng.integers(0, 5, n)],
+        np.array(["a", 1, 2.0, 2**70, -0.0, 0.25, "1"], dtype=object)[rng.integers(0, 7, n)],
         rng.integers(0, 5, n).astype(np.int32),
+        rng.normal(size=n).astype(np.float32),
+        np.datetime64("2024-01-01") + rng.integers(0, 10**6, n).astype("timedelta64[s]"),
     ]
     np.testing.assert_array_equal(
         TupleCounts.fingerprints(columns), reference_fingerprints(columns)
     )
     keys = np.stack([ints, rng.integers(0, 9, n)], axis=1)
     np.testing.assert_array_equal(hash_rows(keys), reference_hash([keys[:, 0], keys[:, 1]]))
-    # 1 == 1.0 and -0.0 == 0.0 as tuples
-    a = TupleCounts.fingerprints([np.array([1, 2]), np.array([0.0, 3.0])])
-    b = TupleCounts.fingerprints([np.array([1.0, 2.0]), np.array([-0.0, 3.0])])
-    np.testing.assert_array_equal(a, b)
+    # literal values: the reference cannot drift with the code
+    row = [np.array([1]), np.array([0.5]), np.array(["a"], dtype=object), np.array([2**70], object)]
+    assert [reference_key(c[0]) for c in row] == [
+        1,
+        4048187675451468639,
+        -1820216722689261083,
+        8296973553720671731,
+    ]
+    assert TupleCounts.fingerprints(row).tolist() == [3432014789900710539]
+    # the mixer is splitmix64's (its first two outputs from seed 0)
+    assert splitmix64(0x9E3779B97F4A7C15) == 0xE220A8397B1DCDAF
+    assert splitmix64(2 * 0x9E3779B97F4A7C15 & M64) == 0x6E789E6AA1B965F4
+
+
+def test_fingerprints_tell_apart_what_the_old_keys_confused():
+    """-2**63 and -4332462841530417152 (np.abs overflowed to float bits), 4607182418800017408
+    and 1.0 (raw integer vs float bits): distinct values, distinct fingerprints; equal values
+    of any column type, equal fingerprints."""
+    fp = TupleCounts.fingerprints
+    assert fp([np.array([-(2**63)])]) != fp([np.array([-4332462841530417152])])
+    assert fp([np.array([4607182418800017408])]) != fp([np.array([1.0])])
+    assert fp([np.array([2**53 + 1])]) != fp([np.array([2.0**53])])
+    equal = [
+        [np.array([1]), np.array([1.0]), np.array([1], object), np.array([1], np.uint64)]
+        + [np.array([True]), np.array([1.0], np.float32), np.array([1.0], object)],
+        [np.array([-(2**63)]), np.array([-(2.0**63)]), np.array([-(2**63)], object)],
+        [np.array([2**60]), np.array([2.0**60]), np.array([2**60], np.uint64)],
+        [np.array([2**63], np.uint64), np.array([2.0**63]), np.array([2**63], object)],
+        [np.array([2**70], object), np.array([2.0**70]), np.array([2.0**70], object)],
+        [np.array([10**20], object), np.array([1e20])],
+        [np.array([0]), np.array([-0.0]), np.array([-0.0], object)],
+        [np.array([0.5]), np.array([0.5], object), np.array([0.5], np.float32)],
+    ]
+    for group in equal:
+        assert len({int(fp([column])[0]) for column in group}) == 1, group
+    assert len({int(fp([group[0]])[0]) for group in equal}) == len(equal)
+
+
+# Values apt to collide under a careless key: int64's ends, float bit patterns as integers,
+# integers beyond 2**53 and int64, their floats, numeric strings
+SPECIAL = [
+    0, 1, -1, 2, True, False, 0.0, -0.0, 1.0, 0.5, -1.5, 2.0**53, 2**53, 2**53 + 1,
+    2.0**60, 2**60, 2**60 + 1, -(2**63), -(2.0**63), -4332462841530417152, 2**63 - 1,
+    2**63, 2.0**63, 2**64 - 1, 2.0**64, 2**70, 2.0**70, 10**20, 1e20, -(10**20), -1e20,
+    4607182418800017408, 4602678819172646912, "1", "1.0", "a",
+]  # fmt: skip
+VALUES = st.one_of(
+    st.sampled_from(SPECIAL),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+HOLDS = {  # the values a column of each type holds exactly
+    "int64": lambda x: isinstance(x, int) and -(2**63) <= x < 2**63,
+    "uint64": lambda x: isinstance(x, int) and 0 <= x < 2**64,
+    "float64": lambda x: isinstance(x, float),
+    "object": lambda x: True,
+}
+
+
+def typed_column(values: list, dtype: str) -> np.ndarray:
+    if dtype != "object":
+        return np.array(values, dtype=dtype)
+    column = np.empty(len(values), dtype=object)
+    column[:] = values
+    return column
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_fingerprints_are_equal_iff_the_rows_are_equal_as_values(data):
+    """Two batches of random rows, each column of a random type (int64, uint64, float64 or
+    object) that holds its values: two rows have one fingerprint iff their values are equal
+    (Python's ``==``: ``1 == 1.0 == True``, ``2.0**70 == 2**70``, ``"1" != 1``), and the
+    dictionary codes of a column agree (so the delete check and the join agree)."""
+    width = data.draw(st.integers(1, 3))
+    palettes = [data.draw(st.lists(VALUES, min_size=1, max_size=4)) for _ in range(width)]
+    rows, fingerprints, columns = [], [], [[] for _ in range(width)]
+    for _ in range(2):
+        n = data.draw(st.integers(1, 6))
+        batch = []
+        for j, palette in enumerate(palettes):
+            dtype = data.draw(st.sampled_from([t for t in HOLDS if any(map(HOLDS[t], palette))]))
+            held = [x for x in palette if HOLDS[dtype](x)]
+            values = data.draw(st.lists(st.sampled_from(held), min_size=n, max_size=n))
+            batch.append(typed_column(values, dtype))
+            columns[j].append(batch[-1])
+        rows += list(zip(*[column.tolist() for column in batch], strict=True))
+        fingerprints += TupleCounts.fingerprints(batch).tolist()
+        np.testing.assert_array_equal(fingerprints[-n:], reference_fingerprints(batch))
+        for column in batch:  # the numeric shortcuts key like the general path
+            keys = _value_keys(column)[0]
+            np.testing.assert_array_equal(
+                TupleCounts.fingerprints([column]),
+                hash_rows([_value_fingerprint_keys(keys[:, 0], keys[:, 1])]).view(np.int64),
+            )
+    for i, a in enumerate(rows):
+        for k, b in enumerate(rows):
+            same = all(x == y for x, y in zip(a, b, strict=True))
+            assert (fingerprints[i] == fingerprints[k]) == same, (a, b)
+    for j in range(width):
+        dictionary = Dictionary("x")
+        codes = np.concatenate([dictionary.encode(part) for part in columns[j]])
+        values = [x for part in columns[j] for x in part.tolist()]
+        for i, a in enumerate(values):
+            for k, b in enumerate(values):
+                assert (codes[i] == codes[k]) == (a == b), (a, b)
 
 
 @pytest.mark.parametrize("width", [1, 2, 3])
