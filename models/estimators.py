@@ -460,6 +460,20 @@ def _update_batches(batches: Any, sign: int = 1) -> list[UpdateBatch]:
     )
 
 
+def _sql_join(relations: Any, catalog: Any):
+    """The training query when ``relations`` is SQL text (None otherwise)."""
+    if not isinstance(relations, str):
+        return None
+    if catalog is None:
+        raise ValueError(
+            "relations given as SQL need catalog= (CREATE TABLE text, a ringml.sql.Catalog or "
+            "a mapping table -> {column: SQL type})"
+        )
+    from ringml.sql.training import training_join  # imports sqlglot only here
+
+    return training_join(relations, catalog)
+
+
 def _schemas(relations: Any) -> dict[str, list[str]]:
     if not isinstance(relations, Mapping) or not relations:
         raise ValueError("relations must be a non-empty mapping relation -> column names")
@@ -508,10 +522,16 @@ class _JoinModel(_Atomic, BaseEstimator, ABC):
         return self
 
     def _apply(self, updates: list[UpdateBatch]) -> None:
+        feed = getattr(self, "feed_", None)
+        changes = None
+        if feed is not None:  # a SQL join: base-table rows -> the rows of its FROM items
+            updates, changes = feed.prepare(updates)
         updates = self._prepare(updates)
         if updates:
             # the Maintainer is atomic itself; a rejected batch changes no view
             self.maintainer_.apply(updates)
+        if changes:
+            feed.commit(changes)
         self._refresh()
 
     def _prepare(self, updates: list[UpdateBatch]) -> list[UpdateBatch]:
@@ -526,8 +546,11 @@ class JoinRegressor(_JoinModel):
     """Linear regression over the natural join of changing relations (F-IVM §9.1).
 
     ``relations`` maps relation names to column lists (or DataFrames, whose columns are
-    used).  The covariance payload of the join over the maintained variables (``features``
-    plus ``label``; default every non-join variable) is kept by a
+    used), or is a SQL query over the tables of ``catalog`` (``SELECT price, livingarea
+    FROM House JOIN Shop USING (postcode) WHERE ...``: its selected columns are the
+    variables, batches hold rows of the tables; see :mod:`ringml.sql.training`).  The
+    covariance payload of the join over the maintained variables (``features`` plus
+    ``label``; default every non-join variable, or every selected column) is kept by a
     :class:`ringml.Maintainer`, and after every batch the model is refitted from it,
     warm-started (``warm_start=True``).  ``categorical`` variables use the generalized
     covariance ring; their one-hot columns ``(variable, category)`` are built inside the
@@ -564,6 +587,7 @@ class JoinRegressor(_JoinModel):
         drop: str | None = "first",
         order=None,
         handle_unknown: str = "error",
+        catalog=None,
     ) -> None:
         self.relations = relations
         self.label = label
@@ -578,18 +602,22 @@ class JoinRegressor(_JoinModel):
         self.drop = drop
         self.order = order
         self.handle_unknown = handle_unknown
+        self.catalog = catalog
 
     def _build(self) -> None:
-        schemas = _schemas(self.relations)
+        sql = _sql_join(self.relations, self.catalog)
+        schemas = _schemas(self.relations) if sql is None else None
         _check_ridge(self.ridge)
         _check_choice("solver", self.solver, SOLVERS)
         _check_choice("drop", self.drop, ("first", None))
         _check_choice("handle_unknown", self.handle_unknown, ("error", "ignore"))
-        columns = {c for cols in schemas.values() for c in cols}
+        if sql is None:
+            columns = {c for cols in schemas.values() for c in cols}
+            default = ringml.non_join_variables(schemas)
+        else:
+            columns, default = set(sql.features), list(sql.features)
         maintained = (
-            ringml.non_join_variables(schemas)
-            if self.features is None
-            else list(dict.fromkeys([*self.features, self.label]))
+            default if self.features is None else list(dict.fromkeys([*self.features, self.label]))
         )
         if self.label not in maintained or self.label not in columns:
             known = [v for v in maintained if v != self.label and v in columns]
@@ -607,8 +635,12 @@ class JoinRegressor(_JoinModel):
         unknown = [v for v in categorical if v not in maintained]
         if unknown:
             raise ValueError(f"categorical variables {unknown} are not maintained variables")
-        query = ringml.covariance_query(schemas, maintained, categorical)
+        if sql is None:
+            query = ringml.covariance_query(schemas, maintained, categorical)
+        else:
+            query = sql.covariance_query(maintained, categorical)
         self.maintainer_ = ringml.Maintainer(query, order=self.order)
+        self.feed_ = None if sql is None else sql.feed()
         self.query_ = query
         self.variables_ = tuple(maintained)
         self.features_ = tuple(v for v in maintained if v != self.label)
@@ -731,6 +763,8 @@ class JoinChowLiu(_JoinModel):
     variable's range is taken from ``ranges[v] = (lo, hi)`` when given, else fixed from the
     first batch that carries it (values outside are clipped into the end bins), so a
     delete always lands in the bin of its insert.  Only non-join variables can be binned.
+    ``relations`` may be a SQL query over ``catalog``'s tables, as for :class:`JoinRegressor`
+    (its selected columns are the variables).
 
     Attributes: ``mutual_info_`` (DataFrame, bits, entropy on the diagonal),
     ``entropy_``, ``tree_`` (nx.Graph), ``n_samples_seen_`` (join rows), ``binners_``
@@ -745,6 +779,7 @@ class JoinChowLiu(_JoinModel):
         n_bins: int = 100,
         ranges: Mapping[str, tuple[float, float]] | None = None,
         order=None,
+        catalog=None,
     ) -> None:
         self.relations = relations
         self.variables = variables
@@ -752,13 +787,19 @@ class JoinChowLiu(_JoinModel):
         self.n_bins = n_bins
         self.ranges = ranges
         self.order = order
+        self.catalog = catalog
 
     def _build(self) -> None:
-        schemas = _schemas(self.relations)
+        sql = _sql_join(self.relations, self.catalog)
+        schemas = _schemas(self.relations) if sql is None else None
         if not isinstance(self.n_bins, numbers.Integral) or self.n_bins < 1:
             raise ValueError(f"n_bins must be a positive integer, got {self.n_bins!r}")
-        non_join = ringml.non_join_variables(schemas)
-        columns = {c for cols in schemas.values() for c in cols}
+        if sql is None:
+            non_join = ringml.non_join_variables(schemas)
+            columns = {c for cols in schemas.values() for c in cols}
+        else:
+            non_join = [v for v in sql.features if v not in sql.joined]
+            columns = set(sql.features)
         variables = non_join if self.variables is None else list(self.variables)
         missing = [v for v in variables if v not in columns]
         if missing:
@@ -773,8 +814,12 @@ class JoinChowLiu(_JoinModel):
             lo, hi = (float(x) for x in r)
             if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
                 raise ValueError(f"range of {v!r} must be finite with lo <= hi, got {r!r}")
-        query = ringml.covariance_query(schemas, variables, variables)
+        if sql is None:
+            query = ringml.covariance_query(schemas, variables, variables)
+        else:
+            query = sql.covariance_query(variables, variables)
         self.maintainer_ = ringml.Maintainer(query, order=self.order)
+        self.feed_ = None if sql is None else sql.feed()
         self.query_ = query
         self.variables_ = tuple(variables)
         self.binners_ = {v: tuple(map(float, r)) for v, r in ranges.items()}

@@ -9,13 +9,14 @@ check every table of an atomic batch before anything changes.  All work is on wh
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from ..batch import TupleCounts
-from ..errors import BatchError
+from ..batch import TupleCounts, UpdateBatch
+from ..errors import BatchError, InputTypeError
 from ..keyindex import KeyIndex
 from .catalog import TableSchema
 
@@ -123,6 +124,43 @@ class TableStore:
 
     def __len__(self) -> int:
         return self.size
+
+
+def check_batches(
+    stores: Mapping[str, TableStore], batches: Sequence[UpdateBatch]
+) -> dict[str, TableChange]:
+    """Type-check batches of any tables (names matched like SQL identifiers) and the
+    deletes of every table, several batches of one table taken together; nothing changes."""
+    frames: dict[str, list[pd.DataFrame]] = {}
+    signs: dict[str, list[np.ndarray]] = {}
+    for batch in batches:
+        if not isinstance(batch, UpdateBatch):
+            raise InputTypeError(f"expected UpdateBatch objects, got {type(batch).__name__}")
+        store = stores.get(batch.relation) or next(
+            (s for name, s in stores.items() if name.lower() == batch.relation.lower()), None
+        )
+        if store is None:
+            raise BatchError(
+                f"unknown table {batch.relation!r}; the tables are {sorted(stores)}",
+                batch.relation,
+            )
+        schema = store.schema
+        frame = schema.conform(batch.rows)
+        sign = batch.signs()
+        if sign.shape != (len(frame),):
+            raise BatchError(
+                f"table {schema.name!r}: {sign.shape[0]} multiplicities for {len(frame)} rows",
+                schema.name,
+                "multiplicity",
+            )
+        frames.setdefault(schema.name, []).append(frame)
+        signs.setdefault(schema.name, []).append(sign)
+    changes = {}
+    for table, parts in frames.items():
+        frame = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+        if len(frame):
+            changes[table] = stores[table].prepare(frame, np.concatenate(signs[table]))
+    return changes
 
 
 def _empty(kind: str, n: int) -> np.ndarray:

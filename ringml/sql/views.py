@@ -27,7 +27,7 @@ from .errors import SqlNameError
 from .expressions import EvaluationError, as_numbers, truth
 from .logical import AtomPlan, ViewPlan
 from .output import row_changes, view_rows
-from .tables import TableChange, TableStore
+from .tables import TableChange, TableStore, check_batches
 
 Subscriber = Callable[[pd.DataFrame], object]
 
@@ -158,17 +158,27 @@ class View:
     # ---------------------------------------------------------------- feeding
     def batches(self, changes: Mapping[str, tuple[pd.DataFrame, np.ndarray]]) -> list:
         """Per alias over a changed table, its rows of the change (engine batches)."""
-        out = []
-        for table, (frame, signs) in changes.items():
-            for atom in self._by_table.get(table, ()):
-                rows, mult = alias_rows(atom, frame, signs, self.name)
-                if len(rows):
-                    out.append(UpdateBatch(atom.alias, rows, mult))
-        return out
+        return item_batches(self._by_table, changes, f"view {self.name!r}")
+
+
+def item_batches(
+    atoms: Mapping[str, Sequence[AtomPlan]],
+    changes: Mapping[str, tuple[pd.DataFrame, np.ndarray]],
+    owner: str,
+) -> list[UpdateBatch]:
+    """The engine batches of typed table changes: per FROM item over a changed table
+    (``atoms``: table -> its items), the rows it sees."""
+    out = []
+    for table, (frame, signs) in changes.items():
+        for atom in atoms.get(table, ()):
+            rows, mult = alias_rows(atom, frame, signs, owner)
+            if len(rows):
+                out.append(UpdateBatch(atom.alias, rows, mult))
+    return out
 
 
 def alias_rows(
-    atom: AtomPlan, frame: pd.DataFrame, signs: np.ndarray, view: str
+    atom: AtomPlan, frame: pd.DataFrame, signs: np.ndarray, owner: str
 ) -> tuple[pd.DataFrame, np.ndarray]:
     """The rows of a typed table batch that ``atom`` sees: filtered, projected on the
     atom's columns (computed ones evaluated), with their multiplicities."""
@@ -192,7 +202,7 @@ def alias_rows(
                 columns[name] = values
     except EvaluationError as error:
         raise BatchError(
-            f"table {atom.table!r} (alias {atom.alias!r} of view {view!r}): {error}",
+            f"table {atom.table!r} (alias {atom.alias!r} of {owner}): {error}",
             atom.table,
             None,
             error.value,
@@ -349,34 +359,7 @@ class Database:
 
     def _check(self, batches: Sequence[UpdateBatch]) -> dict[str, TableChange]:
         """Type-check every batch and the deletes of every table (nothing changes)."""
-        frames: dict[str, list[pd.DataFrame]] = {}
-        signs: dict[str, list[np.ndarray]] = {}
-        for batch in batches:
-            if not isinstance(batch, UpdateBatch):
-                raise InputTypeError(f"apply takes UpdateBatch objects, got {type(batch).__name__}")
-            schema = self.catalog.find(batch.relation)
-            if schema is None:
-                raise BatchError(
-                    f"unknown table {batch.relation!r}; the tables are {sorted(self.catalog)}",
-                    batch.relation,
-                )
-            frame = schema.conform(batch.rows)
-            sign = batch.signs()
-            if sign.shape != (len(frame),):
-                raise BatchError(
-                    f"table {schema.name!r}: {sign.shape[0]} multiplicities for {len(frame)} rows",
-                    schema.name,
-                    "multiplicity",
-                )
-            frames.setdefault(schema.name, []).append(frame)
-            signs.setdefault(schema.name, []).append(sign)
-        changes = {}
-        for table, parts in frames.items():
-            frame = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
-            sign = np.concatenate(signs[table])
-            if len(frame):
-                changes[table] = self._tables[table].prepare(frame, sign)
-        return changes
+        return check_batches(self._tables, batches)
 
     # ---------------------------------------------------------------- warehouse mode
     def query(self, sql: str) -> pd.DataFrame:
