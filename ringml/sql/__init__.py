@@ -4,7 +4,8 @@ Arrow tables or subscribed to as diffs.
 
 Parsing is sqlglot's (imported here, never by ``import ringml``); the compiler binds names,
 checks types and turns a SELECT into one engine query over its FROM items; errors name the
-construct and its line and column.
+construct and its line and column.  :func:`training_join` turns a SELECT of feature columns
+FROM a join into the covariance query a model keeps fresh (the estimators take SQL text too).
 """
 
 from .catalog import Catalog, TableSchema
@@ -18,11 +19,13 @@ from .errors import (
     SqlUnsupportedError,
 )
 from .logical import ViewPlan
+from .training import Feed, TrainingJoin, training_join
 from .views import Database, Subscription, View
 
 __all__ = [
     "Catalog",
     "Database",
+    "Feed",
     "SqlError",
     "SqlNameError",
     "SqlSemanticError",
@@ -31,7 +34,9 @@ __all__ = [
     "SqlUnsupportedError",
     "Subscription",
     "TableSchema",
+    "TrainingJoin",
     "View",
     "ViewPlan",
     "compile_view",
+    "training_join",
 ]
