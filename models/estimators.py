@@ -225,7 +225,7 @@ class SufficientStatsRegressor(_Atomic, RegressorMixin, BaseEstimator):
         if first:
             names = [f"x{j}" for j in range(p)] + ["y"]
             ring = CovarianceRing(names)
-            acc = ring.batch_accumulator(1, tuple(range(p + 1)))
+            acc = ring.batch_accumulator(1, block=tuple(range(p + 1)))
         else:
             ring = self.ring_
             acc = ring.batch_resize(self._acc, 1)  # a copy: the stored one stays intact

@@ -107,8 +107,13 @@ class Maintainer:
         )
         self._loading = True
         self._journal: list = []  # additions of the batch being applied, to undo on failure
+        # compensated sums where they change the result: the root, which adds up every
+        # change; a view below it sums per key few changes of shifted values, exactly
+        # enough in plain float64 (and a key's payload is reset when its count reaches 0)
         self._stores: dict[int, ViewStore] = {
-            i: ViewStore(self.plan.views[i].keys, self.ring, self._journal)
+            i: ViewStore(
+                self.plan.views[i].keys, self.ring, self._journal, i == self.plan.root
+            )
             for i in self.plan.stored(loading=True)
         }
         self._runs: dict[str, tuple] = {}  # per atom: its leaf store and steps' stores
@@ -178,8 +183,8 @@ class Maintainer:
     def _rollback(self, committed: Sequence[PreparedRows], lift_state=None) -> None:
         """Undo the journaled store additions, the recorded tuples and what lifting fixed
         (``lift_state``: the ring's state before) of a rejected apply."""
-        for store, codes, payload, support in reversed(self._journal):
-            store.undo(codes, payload, support)
+        for store, record in reversed(self._journal):
+            store.undo(record)
         for rows in committed:
             self._preparer.uncommit(rows)
         self.ring.restore_lift_state(lift_state)

@@ -50,13 +50,22 @@ def group_rows(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class ViewStore:
     """A keyed relation over a ring (a materialized view or a stored base relation)."""
 
-    def __init__(self, keys: tuple[str, ...], ring: Ring, journal: list | None = None) -> None:
-        """``journal``: where every addition is recorded so that it can be undone."""
+    def __init__(
+        self,
+        keys: tuple[str, ...],
+        ring: Ring,
+        journal: list | None = None,
+        compensated: bool = True,
+    ) -> None:
+        """``journal``: where every addition is recorded so that it can be undone;
+        ``compensated``: floating payloads are summed with compensation (the ring decides
+        whether it has any)."""
         self.keys = keys
         self.journal = journal
         self.ring = ring
+        self.compensated = compensated
         self.index = KeyIndex(max(len(keys), 1))
-        self.payload = ring.batch_accumulator(self.index.capacity)
+        self.payload = ring.batch_accumulator(self.index.capacity, compensated)
         # exact number of derivations per slot (F-IVM Remark 1): a key exists while it is > 0
         self.support = np.zeros(self.index.capacity, dtype=np.int64)
         self._secondary: dict[tuple[int, ...], tuple[KeyIndex, np.ndarray, np.ndarray]] = {}
@@ -93,19 +102,22 @@ class ViewStore:
         if codes.shape[0] == 0:
             return
         slots, new = self.index.get_or_insert(self._codes(codes))
-        if self.index.capacity > self.ring.batch_len(self.payload):
-            self.payload = self.ring.batch_resize(self.payload, self.index.capacity)
-            grown = np.zeros(self.index.capacity, dtype=np.int64)
-            grown[: self.support.size] = self.support
-            self.support = grown
+        self._fit_capacity()
+        if self.journal is not None:
+            # compensated sums subtract back exactly; plain ones keep the rows they overwrite
+            # (x + d - d need not be x in float64: a huge d absorbs x)
+            before = None
+            if not self.compensated:
+                before = (self.ring.batch_take(self.payload, slots), self.support[slots].copy())
+            self.journal.append((self, (codes, payload, support, new, before)))
         try:
             self.payload = self.ring.batch_scatter_add(self.payload, slots, payload)
         except RingError:  # the ring refused the delta (e.g. an overflow): drop the new keys
+            if self.journal is not None:
+                self.journal.pop()
             if new.any():
                 self.index.remove(slots[new])
             raise
-        if self.journal is not None:
-            self.journal.append((self, codes, payload, support))
         if support is not None:
             self.support[slots] += support
             zero = self.support[slots] == 0
@@ -119,13 +131,47 @@ class ViewStore:
         if new.any() or zero.any():
             self._secondary.clear()
 
-    def undo(self, codes: np.ndarray, payload, support: np.ndarray | None) -> None:
-        """Take back an addition recorded in the journal."""
+    def _fit_capacity(self) -> None:
+        """Grow the payloads and counts to the index's capacity."""
+        if self.index.capacity > self.ring.batch_len(self.payload):
+            self.payload = self.ring.batch_resize(self.payload, self.index.capacity)
+            grown = np.zeros(self.index.capacity, dtype=np.int64)
+            grown[: self.support.size] = self.support
+            self.support = grown
+
+    def undo(self, record: tuple) -> None:
+        """Take back an addition recorded in the journal: subtract it from compensated sums
+        (exact), restore the rows it overwrote in plain ones."""
+        codes, payload, support, new, before = record
         journal, self.journal = self.journal, None
         try:
-            self.add(codes, self.ring.batch_neg(payload), None if support is None else -support)
+            if before is None:
+                negated = None if support is None else -support
+                self.add(codes, self.ring.batch_neg(payload), negated)
+            else:
+                self._restore(self._codes(codes), new, *before)
         finally:
             self.journal = journal
+
+    def _restore(self, keys: np.ndarray, new: np.ndarray, payload, support: np.ndarray) -> None:
+        """Keys the addition created go again; the others get back their payloads and
+        counts (re-inserted if the addition removed them)."""
+        slots = self.index.lookup(keys)
+        created = slots[new & (slots >= 0)]
+        if created.size:
+            self.payload = self.ring.batch_clear(self.payload, created)
+            self.support[created] = 0
+            self.index.remove(created)
+        kept = np.flatnonzero(~new)
+        if kept.size:
+            slots, _ = self.index.get_or_insert(keys[kept])
+            self._fit_capacity()
+            self.payload = self.ring.batch_clear(self.payload, slots)
+            self.payload = self.ring.batch_scatter_add(
+                self.payload, slots, self.ring.batch_take(payload, kept)
+            )
+            self.support[slots] = support[kept]
+        self._secondary.clear()
 
     def matches(
         self, positions: tuple[int, ...], probe: np.ndarray

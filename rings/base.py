@@ -285,8 +285,9 @@ class Ring(ABC, Generic[E, B]):
     def restore_lift_state(self, state: Any) -> None:
         """Undo what lifting fixed since :meth:`lift_state` returned ``state``."""
 
-    def batch_accumulator(self, n: int) -> B:
-        """A zero batch meant to be accumulated into (floating rings add compensation)."""
+    def batch_accumulator(self, n: int, compensated: bool = True) -> B:
+        """A zero batch meant to be accumulated into; floating rings add compensation unless
+        ``compensated=False`` (stores whose per-key sums stay small skip its cost)."""
         return self.batch_zeros(n)
 
     def batch_scatter_add(self, target: B, slots: np.ndarray, values: B) -> B:

@@ -1139,11 +1139,11 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         b.count[:] = 1.0
         return b
 
-    def batch_accumulator(self, n: int) -> GCBatch:
+    def batch_accumulator(self, n: int, compensated: bool = True) -> GCBatch:
         """A zero batch to accumulate into, with TwoSum compensation of the dense continuous
-        part when ``compensated``."""
+        part when the ring is ``compensated`` and ``compensated`` is not False."""
         b = self.batch_zeros(n)
-        if self.compensated:
+        if self.compensated and compensated:
             b.sums_lo, b.prods_lo = np.zeros_like(b.sums), np.zeros_like(b.prods)
         return b
 

@@ -817,14 +817,17 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         ones.count[:] = 1
         return ones
 
-    def batch_accumulator(self, n: int, block: Sequence[int] = ()) -> CovarianceBatch:
-        """A zero batch to accumulate into, with TwoSum compensation when ``compensated``.
+    def batch_accumulator(
+        self, n: int, compensated: bool = True, block: Sequence[int] = ()
+    ) -> CovarianceBatch:
+        """A zero batch to accumulate into, with TwoSum compensation when the ring is
+        ``compensated`` and ``compensated`` is not False.
 
         ``block`` optionally preallocates the variables so scatter-adds stay in place.
         """
         block = _as_block(block)
         self._check_block(block)
-        return self._zeros(n, block, lo=self.compensated)
+        return self._zeros(n, block, lo=self.compensated and compensated)
 
     def batch_from(self, elements: Sequence[CovariancePayload]) -> CovarianceBatch:
         elements = list(elements)

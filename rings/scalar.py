@@ -796,8 +796,8 @@ class ProductRing(Ring):
             for r in self.rings
         )
 
-    def batch_accumulator(self, n: int) -> tuple:
-        return tuple(r.batch_accumulator(n) for r in self.rings)
+    def batch_accumulator(self, n: int, compensated: bool = True) -> tuple:
+        return tuple(r.batch_accumulator(n, compensated) for r in self.rings)
 
     def lift_state(self) -> tuple:
         return tuple(r.lift_state() for r in self.rings)

@@ -235,7 +235,7 @@ def test_covariance_ring_guards_every_count_product_and_sum():
         with pytest.raises(RingError, match="int64 overflow"):
             call()
     assert ring.batch_mul(big, lifted).count.tolist() == [2**32, 3]  # within range: exact
-    target = ring.batch_accumulator(2, (0,))
+    target = ring.batch_accumulator(2, block=(0,))
     target = ring.batch_scatter_add(target, np.arange(2), lifted)
     target = ring.batch_scatter_add(target, np.arange(2), near)  # counts 2**62 + 1 fit
     kept = (target.count.copy(), target.sums.copy(), target.products.copy())

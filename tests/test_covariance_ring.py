@@ -485,10 +485,10 @@ def test_scatter_add_consecutive_and_scattered_slots_agree():
     ring = CovarianceRing(["x", "y"], shift=False)
     rng = np.random.default_rng(3)
     values = ring.batch_lift_block(["x", "y"], rng.normal(0, 1e8, (6, 2)))
-    by_view = ring.batch_scatter_add(ring.batch_accumulator(10, (0, 1)), np.arange(2, 8), values)
+    by_view = ring.batch_scatter_add(ring.batch_accumulator(10, block=(0, 1)), np.arange(2, 8), values)
     order = rng.permutation(6)
     by_index = ring.batch_scatter_add(
-        ring.batch_accumulator(10, (0, 1)), np.arange(2, 8)[order], ring.batch_take(values, order)
+        ring.batch_accumulator(10, block=(0, 1)), np.arange(2, 8)[order], ring.batch_take(values, order)
     )
     for a, b in [(by_view.sums, by_index.sums), (by_view.products_lo, by_index.products_lo)]:
         np.testing.assert_array_equal(a, b)
