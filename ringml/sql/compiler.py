@@ -15,44 +15,14 @@ construct and its position.
 
 from __future__ import annotations
 
-import decimal
 from dataclasses import dataclass, field
 from typing import Any
 
+from .aggregates import Poly, expand
+from .binder import Aggregates, Binder, Context, Item, Scope
 from .catalog import Catalog
-from .errors import (
-    SqlNameError,
-    SqlSemanticError,
-    SqlTypeError,
-    SqlUnsupportedError,
-)
-from .expressions import (
-    NUMBERS,
-    AggRef,
-    Arith,
-    Case,
-    Cast,
-    Cmp,
-    Col,
-    DateShift,
-    Expr,
-    Extract,
-    Func,
-    InList,
-    Interval,
-    IsNull,
-    Like,
-    Lit,
-    Logic,
-    Neg,
-    Not,
-    comparable,
-    date_literal,
-    fold,
-    literal,
-    require,
-    unify,
-)
+from .errors import SqlNameError, SqlSemanticError
+from .expressions import AggRef, Arith, Cmp, Col, Expr, IsNull, Lit, Logic, comparable, fold
 from .logical import (
     COUNT,
     AggregatePlan,
@@ -62,77 +32,12 @@ from .logical import (
     OutputColumn,
     ViewPlan,
 )
-from .parse import DIALECT, node_position, parse_select
-
-Poly = dict[tuple, Any]  # monomial (sorted ((alias, factor), ...)) -> coefficient
-ONE: Poly = {(): 1}
+from .parse import DIALECT, parse_select
 
 
 def compile_view(sql: str, catalog: Catalog) -> ViewPlan:
     """Compile a SELECT over ``catalog``'s tables into a view plan (nothing is changed)."""
     return _Compiler(sql, catalog).compile()
-
-
-# ------------------------------------------------------------------------------ scopes
-@dataclass
-class _Item:
-    """A FROM item as SQL names see it: its alias and columns (name -> expression)."""
-
-    alias: str
-    columns: dict[str, Expr]
-    node: Any
-
-    def find(self, name: str) -> str | None:
-        if name in self.columns:
-            return name
-        matches = [c for c in self.columns if c.lower() == name.lower()]
-        return matches[0] if len(matches) == 1 else None
-
-
-@dataclass
-class _Scope:
-    items: list[_Item] = field(default_factory=list)
-    merged: dict[str, set[str]] = field(default_factory=dict)  # USING/NATURAL columns
-
-    def item(self, alias: str) -> _Item | None:
-        exact = [i for i in self.items if i.alias == alias]
-        if exact:
-            return exact[0]
-        loose = [i for i in self.items if i.alias.lower() == alias.lower()]
-        return loose[0] if len(loose) == 1 else None
-
-
-@dataclass
-class _Context:
-    """How to resolve an expression: the scope, the aggregate collector (None: aggregates
-    are not allowed here, ``clause`` says where) and SELECT aliases as a fallback."""
-
-    scope: _Scope
-    aggregates: _Aggregates | None
-    clause: str
-    aliases: dict[str, Expr] = field(default_factory=dict)
-
-
-@dataclass
-class _Aggregates:
-    """The aggregate calls of a query, each once."""
-
-    global_aggregate: bool
-    calls: list[tuple[str, Expr | None, Any]] = field(default_factory=list)
-
-    def add(self, function: str, argument: Expr | None, node: Any) -> AggRef:
-        for i, (f, a, _) in enumerate(self.calls):
-            if f == function and a == argument:
-                return self.ref(i)
-        self.calls.append((function, argument, node))
-        return self.ref(len(self.calls) - 1)
-
-    def ref(self, i: int) -> AggRef:
-        function, argument, _ = self.calls[i]
-        if function == "count":
-            return AggRef(i, "int", False)
-        kind = "float" if function == "avg" else argument.kind
-        return AggRef(i, kind, argument.nullable or self.global_aggregate)
 
 
 @dataclass
@@ -169,7 +74,7 @@ class _UnionFind:
 
 
 # ------------------------------------------------------------------------------ compiler
-class _Compiler:
+class _Compiler(Binder):
     def __init__(self, text: str, catalog: Catalog) -> None:
         from sqlglot import exp
 
@@ -185,26 +90,6 @@ class _Compiler:
         self.keys: dict[str, str] = {}  # free variable -> kind
         self.key_terms: dict[Expr, str] = {}  # canonical term -> free variable
         self.counter = 0
-
-    # ---------------------------------------------------------------- errors
-    def pos(self, node: Any, keyword: str | None = None):
-        return node_position(self.text, node, keyword) if node is not None else None
-
-    def unsupported(
-        self,
-        what: str,
-        node: Any,
-        keyword: str | None = None,
-        hint: str = "",
-        construct: str | None = None,
-    ) -> SqlUnsupportedError:
-        """The error for ``what`` at ``node`` (at ``keyword`` when given); ``construct``
-        names it (default: the keyword, else ``what``)."""
-        return SqlUnsupportedError(
-            f"{what} is not supported in a view{'; ' + hint if hint else ''}",
-            self.pos(node, keyword),
-            construct or keyword or what,
-        )
 
     # ---------------------------------------------------------------- entry
     def compile(self) -> ViewPlan:
@@ -237,7 +122,7 @@ class _Compiler:
                 "DISTINCT",
                 "group by the output columns instead",
             )
-        aggregates = _Aggregates(global_aggregate)
+        aggregates = Aggregates(global_aggregate)
         items = self.select_items(select, scope, aggregates if grouped else None)
         aliases = {name.lower(): ir for name, ir, _ in items}
 
@@ -260,7 +145,7 @@ class _Compiler:
             node = select.args["having"].this
             if not grouped:
                 grouped = True
-            context = _Context(scope, aggregates, "HAVING", aliases)
+            context = Context(scope, aggregates, "HAVING", aliases)
             having = self.post(self.condition(node, context, "HAVING"), False, node)
         order = self.order_by(
             select, scope, aggregates if grouped else None, create, aliases, output_slots
@@ -336,9 +221,9 @@ class _Compiler:
                     )
 
     # ---------------------------------------------------------------- FROM
-    def from_clause(self, select: Any, prefix: str) -> _Scope:
+    def from_clause(self, select: Any, prefix: str) -> Scope:
         e = self.exp
-        scope = _Scope()
+        scope = Scope()
         from_ = select.args.get("from_") or select.args.get("from")
         if from_ is None:
             raise self.unsupported("SELECT without FROM", select, "SELECT")
@@ -377,13 +262,13 @@ class _Compiler:
                 if kind == "CROSS":
                     raise self.unsupported("CROSS JOIN ... ON", on, "ON")
                 for conjunct in _conjuncts(e, on):
-                    context = _Context(scope, None, "ON")
+                    context = Context(scope, None, "ON")
                     self.conjuncts.append((self.condition(conjunct, context, "ON"), conjunct))
             elif not using and kind == "INNER":
                 raise SqlSemanticError("JOIN needs ON or USING", self.pos(join), "JOIN")
         return scope
 
-    def using_column(self, scope: _Scope, left: list[_Item], item: _Item, name: str, node):
+    def using_column(self, scope: Scope, left: list[Item], item: Item, name: str, node):
         right_name = item.find(name)
         holders = [i for i in left if i.find(name)]
         if right_name is None or not holders:
@@ -405,7 +290,7 @@ class _Compiler:
         self.conjuncts.append((Cmp("=", left_expr, right_expr), node))
         scope.merged[key] = merged | {h.alias for h in holders} | {item.alias}
 
-    def add_item(self, scope: _Scope, node: Any, prefix: str) -> _Item:
+    def add_item(self, scope: Scope, node: Any, prefix: str) -> Item:
         e = self.exp
         alias_node = node.args.get("alias")
         alias = node.alias if alias_node is not None else ""
@@ -435,7 +320,7 @@ class _Compiler:
                 }
                 if renames:
                     columns = _rename(columns, renames, alias, self.pos(node))
-                item = _Item(alias, columns, node)
+                item = Item(alias, columns, node)
                 self.register_atom(engine_alias, schema.name, node)
         elif isinstance(node, e.Subquery):
             body = node.this
@@ -460,7 +345,7 @@ class _Compiler:
             raise SqlSemanticError(f"duplicate alias {alias!r}", self.pos(node), alias)
         self.atoms[alias] = _AtomState(table, node)
 
-    def derived(self, body: Any, alias: str, prefix: str, renames: list[str], node) -> _Item:
+    def derived(self, body: Any, alias: str, prefix: str, renames: list[str], node) -> Item:
         """A derived table or CTE without aggregates, inlined: its FROM items become atoms
         named ``alias.inner``, its WHERE joins the view's, its SELECT list its columns."""
         e = self.exp
@@ -495,24 +380,16 @@ class _Compiler:
             columns.setdefault(name, ir)
         if renames:
             columns = _rename(columns, renames, alias, self.pos(node))
-        return _Item(alias, columns, node)
+        return Item(alias, columns, node)
 
     # ---------------------------------------------------------------- WHERE and joins
-    def where(self, select: Any, scope: _Scope) -> None:
+    def where(self, select: Any, scope: Scope) -> None:
         node = select.args.get("where")
         if node is None:
             return
         for conjunct in _conjuncts(self.exp, node.this):
-            context = _Context(scope, None, "WHERE")
+            context = Context(scope, None, "WHERE")
             self.conjuncts.append((self.condition(conjunct, context, "WHERE"), conjunct))
-
-    def condition(self, node: Any, context: _Context, clause: str) -> Expr:
-        ir = self.expr(node, context)
-        if ir.kind not in ("bool", "null"):
-            raise SqlTypeError(
-                f"{clause} needs a BOOLEAN condition, got {ir.sql()}", self.pos(node), clause
-            )
-        return ir
 
     def bind_joins(self) -> None:
         """Each conjunct is a selection on one atom or a join equality (union-find)."""
@@ -581,7 +458,7 @@ class _Compiler:
         return var
 
     # ---------------------------------------------------------------- SELECT list
-    def select_items(self, select: Any, scope: _Scope, aggregates: _Aggregates | None):
+    def select_items(self, select: Any, scope: Scope, aggregates: Aggregates | None):
         """``(name, expression, node)`` per output column (``*`` expanded)."""
         e = self.exp
         out = []
@@ -610,7 +487,7 @@ class _Compiler:
                             seen.add(key)
                         out.append((name, ir, node))
                 continue
-            context = _Context(scope, aggregates, "SELECT")
+            context = Context(scope, aggregates, "SELECT")
             inner = node.this if isinstance(node, e.Alias) else node
             ir = self.expr(inner, context)
             if isinstance(node, e.Alias):
@@ -623,7 +500,7 @@ class _Compiler:
         return out
 
     # ---------------------------------------------------------------- GROUP BY
-    def group_keys(self, group: Any, scope: _Scope, items, aliases) -> None:
+    def group_keys(self, group: Any, scope: Scope, items, aliases) -> None:
         for key in ("rollup", "cube", "grouping_sets", "totals"):
             if group.args.get(key):
                 raise self.unsupported(key.replace("_", " ").upper(), group, "GROUP")
@@ -645,7 +522,7 @@ class _Compiler:
                 )
             self.add_key(ir)
 
-    def group_expression(self, node: Any, scope: _Scope, items, aliases) -> Expr:
+    def group_expression(self, node: Any, scope: Scope, items, aliases) -> Expr:
         e = self.exp
         if isinstance(node, e.Literal) and not node.is_string:
             k = int(node.this)
@@ -654,7 +531,7 @@ class _Compiler:
                     f"GROUP BY {k}: there are {len(items)} output columns", self.pos(node), str(k)
                 )
             return items[k - 1][1]
-        return self.expr(node, _Context(scope, None, "GROUP BY", aliases))
+        return self.expr(node, Context(scope, None, "GROUP BY", aliases))
 
     def add_key(self, ir: Expr) -> str:
         canonical = self.canonical(ir)
@@ -709,7 +586,7 @@ class _Compiler:
             elif isinstance(node, e.Column) and not node.table and node.name.lower() in outputs:
                 expression = Col("", f"#o{outputs[node.name.lower()]}", "null")
             else:
-                context = _Context(scope, aggregates, "ORDER BY", aliases)
+                context = Context(scope, aggregates, "ORDER BY", aliases)
                 expression = self.post(self.expr(node, context), create, node)
             nulls_first = bool(ordered.args.get("nulls_first"))
             if not ordered.args.get("desc") and ordered.args.get("nulls_first") is None:
@@ -735,370 +612,8 @@ class _Compiler:
             values.append(int(value.this))
         return values[0], values[1] or 0
 
-    # ---------------------------------------------------------------- expressions
-    def expr(self, node: Any, context: _Context) -> Expr:
-        e = self.exp
-        while isinstance(node, e.Paren):
-            node = node.this
-        pos = self.pos(node)
-        if isinstance(node, e.Column):
-            if isinstance(node.this, e.Star):
-                raise SqlSemanticError("* is only allowed in the SELECT list or COUNT(*)", pos, "*")
-            return self.column(node, context)
-        if isinstance(node, e.Literal):
-            if node.is_string:
-                return Lit(node.this, "str")
-            return literal(decimal.Decimal(node.this))
-        if isinstance(node, e.Boolean):
-            return Lit(bool(node.this), "bool")
-        if isinstance(node, e.Null):
-            return Lit(None, "null")
-        if isinstance(node, e.Neg):
-            operand = self.expr(node.this, context)
-            require(operand, NUMBERS, "unary minus", pos)
-            if isinstance(operand, Lit) and operand.value is not None:
-                return Lit(-operand.value, operand.type)
-            return Neg(operand)
-        arith = {e.Add: "+", e.Sub: "-", e.Mul: "*", e.Div: "/"}
-        if type(node) in arith:
-            return self.arithmetic(arith[type(node)], node, context)
-        if isinstance(node, (e.IntDiv, e.Mod, e.Pow, e.DPipe, e.BitwiseAnd, e.BitwiseOr)):
-            raise self.unsupported(f"the operator in {node.sql(dialect=DIALECT)}", node)
-        compare = {e.EQ: "=", e.NEQ: "<>", e.LT: "<", e.LTE: "<=", e.GT: ">", e.GTE: ">="}
-        if type(node) in compare:
-            left = self.expr(node.this, context)
-            right = self.expr(node.expression, context)
-            return self.compare(compare[type(node)], left, right, node)
-        if isinstance(node, (e.And, e.Or)):
-            op = "and" if isinstance(node, e.And) else "or"
-            parts = []
-            for part in _flatten(node, type(node)):
-                ir = self.expr(part, context)
-                require(ir, ("bool",), op.upper(), self.pos(part))
-                parts.extend(ir.parts if isinstance(ir, Logic) and ir.op == op else [ir])
-            return fold(Logic(op, tuple(parts)))
-        if isinstance(node, e.Not):
-            operand = self.expr(node.this, context)
-            require(operand, ("bool",), "NOT", pos)
-            if isinstance(operand, InList):
-                return InList(operand.operand, operand.values, not operand.negate)
-            if isinstance(operand, Like):
-                return Like(
-                    operand.operand, operand.pattern, not operand.negate, operand.case_sensitive
-                )
-            if isinstance(operand, IsNull):
-                return IsNull(operand.operand, not operand.negate)
-            return fold(Not(operand))
-        if isinstance(node, e.Between):
-            x = self.expr(node.this, context)
-            low = self.expr(node.args["low"], context)
-            high = self.expr(node.args["high"], context)
-            return Logic(
-                "and", (self.compare(">=", x, low, node), self.compare("<=", x, high, node))
-            )
-        if isinstance(node, e.In):
-            if node.args.get("query") is not None or node.args.get("unnest") is not None:
-                raise self.unsupported("IN (subquery)", node, "IN")
-            x = self.expr(node.this, context)
-            values = []
-            for v in node.expressions:
-                ir = fold(self.expr(v, context))
-                if not isinstance(ir, Lit):
-                    raise self.unsupported(f"IN with the non-constant value {ir.sql()}", v)
-                ir = self.coerce_literal(ir, x, v)
-                comparable(x, ir, "IN", self.pos(v))
-                values.append(ir)
-            return InList(x, tuple(values))
-        if isinstance(node, (e.Like, e.ILike)):
-            x = self.expr(node.this, context)
-            require(x, ("str",), "LIKE", pos)
-            pattern = fold(self.expr(node.expression, context))
-            if not (isinstance(pattern, Lit) and isinstance(pattern.value, str)):
-                raise self.unsupported("LIKE with a pattern that is not a string constant", node)
-            if node.args.get("escape") is not None:
-                raise self.unsupported("LIKE ... ESCAPE", node, "ESCAPE")
-            return Like(x, pattern.value, bool(node.args.get("negate")), isinstance(node, e.Like))
-        if isinstance(node, e.Escape):
-            raise self.unsupported("LIKE ... ESCAPE", node, "ESCAPE")
-        if isinstance(node, e.Is):
-            if isinstance(node.expression, e.Null):
-                return IsNull(self.expr(node.this, context))
-            raise self.unsupported(f"IS {node.expression.sql(dialect=DIALECT)}", node, "IS")
-        if isinstance(node, e.Case):
-            return self.case(node, context)
-        if isinstance(node, e.If):
-            cond = self.condition(node.this, context, "IF")
-            true = self.expr(node.args["true"], context)
-            false = node.args.get("false")
-            false = self.expr(false, context) if false is not None else None
-            kind = unify([true.kind] + ([false.kind] if false else []), "IF", pos)
-            return Case(((cond, true),), false, kind)
-        if isinstance(node, e.Extract) or isinstance(node, (e.Year, e.Month, e.Day, e.Quarter)):
-            return self.extract(node, context)
-        if isinstance(node, e.Anonymous) and node.name.lower() in ("date_part", "datepart"):
-            return self.extract(node, context)
-        if isinstance(node, (e.Cast, e.TryCast)):
-            return self.cast(node, context)
-        if isinstance(node, e.Interval):
-            raise self.unsupported(
-                "INTERVAL outside date arithmetic (date +/- INTERVAL)", node, "INTERVAL"
-            )
-        if isinstance(node, (e.Abs, e.Lower, e.Upper, e.Length, e.Substring, e.Coalesce)):
-            return self.function(node, context)
-        if isinstance(node, e.AggFunc):
-            return self.aggregate(node, context)
-        if isinstance(node, e.Anonymous):
-            raise self.unsupported(f"the function {node.name.upper()}", node, node.name)
-        label = type(node).__name__
-        raise self.unsupported(f"{label} ({node.sql(dialect=DIALECT)[:40]})", node)
-
-    def column(self, node: Any, context: _Context) -> Expr:
-        name, table = node.name, node.table
-        scope = context.scope
-        if table:
-            item = scope.item(table)
-            if item is None:
-                raise SqlNameError(
-                    f"unknown table or alias {table!r} in {table}.{name}; the FROM clause has "
-                    f"{[i.alias for i in scope.items]}",
-                    self.pos(node),
-                    f"{table}.{name}",
-                )
-            found = item.find(name)
-            if found is None:
-                raise SqlNameError(
-                    f"{item.alias!r} has no column {name!r}; its columns are {list(item.columns)}",
-                    self.pos(node),
-                    f"{table}.{name}",
-                )
-            return item.columns[found]
-        holders = [i for i in scope.items if i.find(name)]
-        if not holders:
-            if name.lower() in context.aliases:
-                return context.aliases[name.lower()]
-            known = sorted({c for i in scope.items for c in i.columns})
-            raise SqlNameError(
-                f"unknown column {name!r}; the FROM items have {known}", self.pos(node), name
-            )
-        if len(holders) > 1:
-            merged = scope.merged.get(name.lower(), set())
-            if not {h.alias for h in holders} <= merged:
-                raise SqlNameError(
-                    f"column {name!r} is ambiguous: it is in {[h.alias for h in holders]}; "
-                    "qualify it (alias.column)",
-                    self.pos(node),
-                    name,
-                )
-        return holders[0].columns[holders[0].find(name)]
-
-    def arithmetic(self, op: str, node: Any, context: _Context) -> Expr:
-        e = self.exp
-        pos = self.pos(node)
-        left = self.expr(node.this, context)
-        right_node = node.expression
-        while isinstance(right_node, e.Paren):
-            right_node = right_node.this
-        if isinstance(right_node, e.Interval) and op in "+-":
-            interval = self.interval(right_node)
-            require(left, ("date",), "date +/- INTERVAL", pos)
-            sign = 1 if op == "+" else -1
-            shifted = DateShift(left, sign * interval.months, sign * interval.days)
-            return fold(shifted)
-        right = self.expr(right_node, context)
-        for side in (left, right):
-            require(side, NUMBERS, f"the operator {op}", pos)
-        return fold(Arith(op, left, right))
-
-    def interval(self, node: Any) -> Interval:
-        value = node.this
-        unit = node.args.get("unit")
-        text = value.this if value is not None else ""
-        unit_name = unit.name.lower() if unit is not None else ""
-        if not unit_name and isinstance(text, str) and len(text.split()) == 2:
-            text, unit_name = text.split()
-        try:
-            amount = int(str(text).strip())
-        except ValueError:
-            raise self.unsupported(
-                f"INTERVAL {node.sql(dialect=DIALECT)}", node, "INTERVAL"
-            ) from None
-        unit_name = unit_name.rstrip("s")
-        if unit_name == "year":
-            return Interval(12 * amount, 0)
-        if unit_name == "month":
-            return Interval(amount, 0)
-        if unit_name == "quarter":
-            return Interval(3 * amount, 0)
-        if unit_name == "week":
-            return Interval(0, 7 * amount)
-        if unit_name == "day":
-            return Interval(0, amount)
-        raise self.unsupported(f"INTERVAL in {unit_name or '?'} units", node, "INTERVAL")
-
-    def coerce_literal(self, literal_: Expr, other: Expr, node: Any) -> Expr:
-        """A string constant compared with a date is a date (as in DuckDB)."""
-        if isinstance(literal_, Lit) and literal_.type == "str" and other.kind == "date":
-            return date_literal(literal_.value, self.pos(node))
-        return literal_
-
-    def compare(self, op: str, left: Expr, right: Expr, node: Any) -> Expr:
-        left = self.coerce_literal(left, right, node)
-        right = self.coerce_literal(right, left, node)
-        comparable(left, right, f"the comparison {op}", self.pos(node))
-        return fold(Cmp(op, left, right))
-
-    def case(self, node: Any, context: _Context) -> Expr:
-        subject = node.this
-        subject = self.expr(subject, context) if subject is not None else None
-        whens = []
-        for branch in node.args.get("ifs") or []:
-            if subject is not None:
-                value = self.expr(branch.this, context)
-                cond = self.compare("=", subject, value, branch)
-            else:
-                cond = self.condition(branch.this, context, "CASE WHEN")
-            whens.append((cond, self.expr(branch.args["true"], context)))
-        default = node.args.get("default")
-        default = self.expr(default, context) if default is not None else None
-        kinds = [v.kind for _, v in whens] + ([default.kind] if default is not None else [])
-        kind = unify(kinds, "CASE", self.pos(node))
-        if kind == "null":
-            kind = "int"
-        return fold(Case(tuple(whens), default, kind))
-
-    def extract(self, node: Any, context: _Context) -> Expr:
-        e = self.exp
-        if isinstance(node, e.Extract):
-            part, operand = node.this.name.lower(), node.expression
-        elif isinstance(node, e.Anonymous):
-            args = node.expressions
-            if len(args) != 2 or not (isinstance(args[0], e.Literal) and args[0].is_string):
-                raise self.unsupported("DATE_PART with a part that is not a string", node)
-            part, operand = args[0].this.lower(), args[1]
-        else:
-            part, operand = type(node).__name__.lower(), node.this
-        aliases = {
-            "years": "year",
-            "months": "month",
-            "days": "day",
-            "dayofweek": "dow",
-            "weekday": "dow",
-            "dayofyear": "doy",
-            "quarters": "quarter",
-        }
-        part = aliases.get(part, part)
-        if part not in (
-            "year",
-            "month",
-            "day",
-            "quarter",
-            "doy",
-            "dow",
-            "isodow",
-            "hour",
-            "minute",
-            "second",
-        ):
-            raise self.unsupported(f"EXTRACT({part.upper()} ...)", node)
-        operand = self.expr(operand, context)
-        require(operand, ("date",), f"EXTRACT({part.upper()})", self.pos(node))
-        return fold(Extract(part, operand))
-
-    def cast(self, node: Any, context: _Context) -> Expr:
-        from .catalog import type_kind
-
-        target = node.args["to"].sql(dialect=DIALECT)
-        try:
-            kind = type_kind(target)
-        except SqlTypeError:
-            raise self.unsupported(f"CAST to {target}", node, "CAST") from None
-        operand = self.expr(node.this, context)
-        if isinstance(operand, Lit) and operand.type == "str" and kind == "date":
-            return date_literal(operand.value, self.pos(node))
-        allowed = {
-            "int": ("int", "float", "str", "bool"),
-            "float": ("int", "float", "str", "bool"),
-            "date": ("date", "str"),
-            "str": ("str", "int", "float"),
-            "bool": ("bool",),
-        }[kind]
-        require(operand, allowed, f"CAST to {target}", self.pos(node))
-        if operand.kind == "bool" and kind in NUMBERS:
-            return Case(((operand, Lit(1, "int")),), Lit(0, "int"), "int")
-        return fold(Cast(operand, kind))
-
-    def function(self, node: Any, context: _Context) -> Expr:
-        e = self.exp
-        pos = self.pos(node)
-        name = {
-            e.Abs: "abs",
-            e.Lower: "lower",
-            e.Upper: "upper",
-            e.Length: "length",
-            e.Substring: "substring",
-            e.Coalesce: "coalesce",
-        }[type(node)]
-        if name == "coalesce":
-            args = [self.expr(a, context) for a in [node.this, *node.expressions]]
-            kind = unify([a.kind for a in args], "COALESCE", pos)
-            return fold(Func(name, tuple(args), kind))
-        if name == "substring":
-            x = self.expr(node.this, context)
-            require(x, ("str",), "SUBSTRING", pos)
-            bounds = [
-                fold(self.expr(node.args[k], context))
-                for k in ("start", "length")
-                if node.args.get(k) is not None
-            ]
-            if not all(isinstance(b, Lit) and b.type == "int" for b in bounds):
-                raise self.unsupported("SUBSTRING with bounds that are not integer constants", node)
-            return fold(Func(name, (x, *bounds), "str"))
-        x = self.expr(node.this, context)
-        if name == "abs":
-            require(x, NUMBERS, "ABS", pos)
-            return fold(Func(name, (x,), x.kind))
-        require(x, ("str",), name.upper(), pos)
-        return fold(Func(name, (x,), "int" if name == "length" else "str"))
-
-    def aggregate(self, node: Any, context: _Context) -> Expr:
-        e = self.exp
-        name = type(node).__name__.upper()
-        if context.aggregates is None:
-            where = (
-                "inside another aggregate"
-                if context.clause == "aggregate"
-                else (f"in {context.clause}")
-            )
-            raise SqlSemanticError(
-                f"aggregate function {name} is not allowed {where}", self.pos(node), name
-            )
-        if isinstance(node, (e.Min, e.Max)):
-            raise self.unsupported(
-                f"{name} (not maintainable under deletes in a ring)",
-                node,
-                name,
-                "use SUM, COUNT or AVG",
-            )
-        if not isinstance(node, (e.Count, e.Sum, e.Avg)):
-            raise self.unsupported(f"the aggregate {name}", node, None, "use SUM, COUNT or AVG")
-        argument = node.this
-        if isinstance(argument, e.Distinct):
-            raise self.unsupported(f"{name}(DISTINCT ...)", node, "DISTINCT")
-        inner = _Context(context.scope, None, "aggregate", context.aliases)
-        function = name.lower()
-        if isinstance(node, e.Count) and (argument is None or isinstance(argument, e.Star)):
-            return context.aggregates.add("count", None, node)
-        if node.expressions:
-            raise self.unsupported(f"{name} with several arguments", node)
-        ir = self.expr(argument, inner)
-        if function in ("sum", "avg"):
-            require(ir, NUMBERS, name, self.pos(node))
-            if ir.kind == "null":
-                ir = Lit(None, "int")
-        return context.aggregates.add(function, ir, node)
-
     # ---------------------------------------------------------------- aggregates
-    def aggregate_plans(self, aggregates: _Aggregates):
+    def aggregate_plans(self, aggregates: Aggregates):
         """Aggregates as sums of components; components in first-use order, the row count
         first."""
         components: dict[tuple[str, ...], Component] = {(): Component(COUNT, (), True)}
@@ -1117,7 +632,10 @@ class _Compiler:
             if argument is None:
                 plans.append(AggregatePlan(slot, "count", ((1, COUNT),), None, "int", text))
                 continue
-            value, nonnull = self.expand(argument, node)
+            value, nonnull = expand(
+                argument,
+                lambda what, construct, at=node: self.unsupported(what, at, construct=construct),
+            )
             counted = None if argument.nullable is False else terms(nonnull, node)
             if function == "count":
                 plans.append(
@@ -1163,87 +681,6 @@ class _Compiler:
             var = f"{alias}.#{self.counter}"
         self.factors[factor] = var
         return var
-
-    def expand(self, ir: Expr, node: Any) -> tuple[Poly, Poly]:
-        """``(V, N)``: ``ir`` with NULL read as 0, and its non-NULL indicator, each as a sum
-        of products of per-atom factors."""
-        sources = ir.sources()
-        if isinstance(ir, Lit):
-            if ir.value is None:
-                return {}, {}
-            value = int(ir.value) if isinstance(ir.value, bool) else ir.value
-            return ({(): value} if value != 0 else {}), dict(ONE)
-        if len(sources) <= 1:
-            if not sources:
-                raise self.unsupported(f"the constant expression {ir.sql()} in an aggregate", node)
-            alias = next(iter(sources))
-            value = {((alias, ir),): 1}
-            nonnull = dict(ONE) if not ir.nullable else {((alias, IsNull(ir, True)),): 1}
-            return value, nonnull
-        if isinstance(ir, Arith):
-            lv, ln = self.expand(ir.left, node)
-            if ir.op == "/":
-                right = ir.right
-                if isinstance(right, Lit):
-                    if right.value in (None, 0):
-                        raise self.unsupported(f"division by {right.sql()} in an aggregate", node)
-                    inverse = decimal.Decimal(1) / decimal.Decimal(right.value)
-                    return _scale(lv, inverse), ln
-                if len(right.sources()) != 1:
-                    raise self.unsupported(
-                        f"division by {right.sql()} (an expression of several tables) in an "
-                        "aggregate",
-                        node,
-                        construct="division by several tables in an aggregate",
-                    )
-                alias = next(iter(right.sources()))
-                reciprocal = {((alias, Arith("/", Lit(1, "int"), right)),): 1}
-                _, rn = self.expand(right, node)
-                return _mul(lv, reciprocal), _mul(ln, rn)
-            rv, rn = self.expand(ir.right, node)
-            if ir.op == "*":
-                return _mul(lv, rv), _mul(ln, rn)
-            sign = 1 if ir.op == "+" else -1
-            return _add(_mul(lv, rn), _scale(_mul(rv, ln), sign)), _mul(ln, rn)
-        if isinstance(ir, Neg):
-            v, n = self.expand(ir.operand, node)
-            return _scale(v, -1), n
-        if isinstance(ir, Cast) and ir.type == "float" and ir.operand.kind in NUMBERS:
-            return self.expand(ir.operand, node)
-        if isinstance(ir, Case):
-            value: Poly = {}
-            nonnull: Poly = {}
-            rest: Poly = dict(ONE)  # no earlier WHEN was TRUE
-            for cond, branch in ir.whens:
-                if len(cond.sources()) > 1:
-                    raise self.unsupported(
-                        f"the CASE condition {cond.sql()} over several tables",
-                        node,
-                        construct="CASE condition over several tables",
-                    )
-                if not cond.sources():
-                    raise self.unsupported(f"the constant CASE condition {cond.sql()}", node)
-                alias = next(iter(cond.sources()))
-                taken = _mul(
-                    rest, {((alias, Case(((cond, Lit(1, "int")),), Lit(0, "int"), "int")),): 1}
-                )
-                bv, bn = self.expand(branch, node)
-                value = _add(value, _mul(taken, bv))
-                nonnull = _add(nonnull, _mul(taken, bn))
-                rest = _mul(
-                    rest, {((alias, Case(((cond, Lit(0, "int")),), Lit(1, "int"), "int")),): 1}
-                )
-            if ir.default is not None:
-                dv, dn = self.expand(ir.default, node)
-                value = _add(value, _mul(rest, dv))
-                nonnull = _add(nonnull, _mul(rest, dn))
-            return value, nonnull
-        raise self.unsupported(
-            f"{ir.sql()} inside an aggregate (over columns of several tables only + - * /, "
-            "CASE with one-table conditions and constants combine)",
-            node,
-            construct="expression over several tables in an aggregate",
-        )
 
     # ---------------------------------------------------------------- atoms
     def atom_plans(self) -> tuple[AtomPlan, ...]:
@@ -1313,17 +750,6 @@ def _conjuncts(e: Any, node: Any) -> list:
     return [node]
 
 
-def _flatten(node: Any, kind: type) -> list:
-    out = []
-    for side in (node.this, node.expression):
-        inner = side
-        if isinstance(inner, kind):
-            out.extend(_flatten(inner, kind))
-        else:
-            out.append(side)
-    return out
-
-
 def _rename(columns: dict[str, Expr], names: list[str], alias: str, position) -> dict:
     if len(names) > len(columns):
         raise SqlSemanticError(
@@ -1355,33 +781,3 @@ def _unique_names(outputs: list[OutputColumn]) -> list[OutputColumn]:
             seen[name] = 1
         out.append(OutputColumn(name, o.expression))
     return out
-
-
-def _order_key(monomial_factor: tuple[str, Expr]) -> tuple[str, str]:
-    return monomial_factor[0], monomial_factor[1].sql()
-
-
-def _mul(a: Poly, b: Poly) -> Poly:
-    out: Poly = {}
-    for ma, ca in a.items():
-        for mb, cb in b.items():
-            m = tuple(sorted(ma + mb, key=_order_key))
-            out[m] = out.get(m, 0) + _times(ca, cb)
-    return {m: c for m, c in out.items() if c != 0}
-
-
-def _times(a, b):
-    if isinstance(a, int) and isinstance(b, int):
-        return a * b
-    return decimal.Decimal(a) * decimal.Decimal(b)
-
-
-def _add(a: Poly, b: Poly) -> Poly:
-    out = dict(a)
-    for m, c in b.items():
-        out[m] = out.get(m, 0) + c
-    return {m: c for m, c in out.items() if c != 0}
-
-
-def _scale(a: Poly, k) -> Poly:
-    return {m: _times(c, k) for m, c in a.items() if _times(c, k) != 0}

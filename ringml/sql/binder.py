@@ -1,0 +1,517 @@
+"""Binding SQL expressions: sqlglot expression trees -> typed expressions over FROM items.
+
+Names resolve against a :class:`Scope` (the FROM items, their columns and the columns merged
+by USING/NATURAL); types are checked as nodes are built (:class:`SqlTypeError` at the
+construct's position); aggregate calls are collected by :class:`Aggregates` and stand as
+:class:`~ringml.sql.expressions.AggRef` in the expression.  :class:`Binder` is the base of the
+compiler, which adds FROM, WHERE, GROUP BY and the rest.
+"""
+
+from __future__ import annotations
+
+import decimal
+from dataclasses import dataclass, field
+from typing import Any
+
+from .catalog import Catalog
+from .errors import SqlNameError, SqlSemanticError, SqlTypeError, SqlUnsupportedError
+from .expressions import (
+    NUMBERS,
+    AggRef,
+    Arith,
+    Case,
+    Cast,
+    Cmp,
+    DateShift,
+    Expr,
+    Extract,
+    Func,
+    InList,
+    Interval,
+    IsNull,
+    Like,
+    Lit,
+    Logic,
+    Neg,
+    Not,
+    comparable,
+    date_literal,
+    fold,
+    literal,
+    require,
+    unify,
+)
+from .parse import DIALECT, node_position
+
+
+@dataclass
+class Item:
+    """A FROM item as SQL names see it: its alias and columns (name -> expression)."""
+
+    alias: str
+    columns: dict[str, Expr]
+    node: Any
+
+    def find(self, name: str) -> str | None:
+        if name in self.columns:
+            return name
+        matches = [c for c in self.columns if c.lower() == name.lower()]
+        return matches[0] if len(matches) == 1 else None
+
+
+@dataclass
+class Scope:
+    items: list[Item] = field(default_factory=list)
+    merged: dict[str, set[str]] = field(default_factory=dict)  # USING/NATURAL columns
+
+    def item(self, alias: str) -> Item | None:
+        exact = [i for i in self.items if i.alias == alias]
+        if exact:
+            return exact[0]
+        loose = [i for i in self.items if i.alias.lower() == alias.lower()]
+        return loose[0] if len(loose) == 1 else None
+
+
+@dataclass
+class Context:
+    """How to resolve an expression: the scope, the aggregate collector (None: aggregates
+    are not allowed here, ``clause`` says where) and SELECT aliases as a fallback."""
+
+    scope: Scope
+    aggregates: Aggregates | None
+    clause: str
+    aliases: dict[str, Expr] = field(default_factory=dict)
+
+
+@dataclass
+class Aggregates:
+    """The aggregate calls of a query, each once."""
+
+    global_aggregate: bool
+    calls: list[tuple[str, Expr | None, Any]] = field(default_factory=list)
+
+    def add(self, function: str, argument: Expr | None, node: Any) -> AggRef:
+        for i, (f, a, _) in enumerate(self.calls):
+            if f == function and a == argument:
+                return self.ref(i)
+        self.calls.append((function, argument, node))
+        return self.ref(len(self.calls) - 1)
+
+    def ref(self, i: int) -> AggRef:
+        function, argument, _ = self.calls[i]
+        if function == "count":
+            return AggRef(i, "int", False)
+        kind = "float" if function == "avg" else argument.kind
+        return AggRef(i, kind, argument.nullable or self.global_aggregate)
+
+
+class Binder:
+    """Resolves and type-checks expressions of one SQL text (positions point into it)."""
+
+    def __init__(self, text: str, catalog: Catalog) -> None:
+        from sqlglot import exp
+
+        self.exp = exp
+        self.text = text
+        self.catalog = catalog
+
+    # ---------------------------------------------------------------- errors
+    def pos(self, node: Any, keyword: str | None = None):
+        return node_position(self.text, node, keyword) if node is not None else None
+
+    def unsupported(
+        self,
+        what: str,
+        node: Any,
+        keyword: str | None = None,
+        hint: str = "",
+        construct: str | None = None,
+    ) -> SqlUnsupportedError:
+        """The error for ``what`` at ``node`` (at ``keyword`` when given); ``construct``
+        names it (default: the keyword, else ``what``)."""
+        return SqlUnsupportedError(
+            f"{what} is not supported in a view{'; ' + hint if hint else ''}",
+            self.pos(node, keyword),
+            construct or keyword or what,
+        )
+
+    def condition(self, node: Any, context: Context, clause: str) -> Expr:
+        ir = self.expr(node, context)
+        if ir.kind not in ("bool", "null"):
+            raise SqlTypeError(
+                f"{clause} needs a BOOLEAN condition, got {ir.sql()}", self.pos(node), clause
+            )
+        return ir
+
+    # ---------------------------------------------------------------- expressions
+    def expr(self, node: Any, context: Context) -> Expr:
+        e = self.exp
+        while isinstance(node, e.Paren):
+            node = node.this
+        pos = self.pos(node)
+        if isinstance(node, e.Column):
+            if isinstance(node.this, e.Star):
+                raise SqlSemanticError("* is only allowed in the SELECT list or COUNT(*)", pos, "*")
+            return self.column(node, context)
+        if isinstance(node, e.Literal):
+            if node.is_string:
+                return Lit(node.this, "str")
+            return literal(decimal.Decimal(node.this))
+        if isinstance(node, e.Boolean):
+            return Lit(bool(node.this), "bool")
+        if isinstance(node, e.Null):
+            return Lit(None, "null")
+        if isinstance(node, e.Neg):
+            operand = self.expr(node.this, context)
+            require(operand, NUMBERS, "unary minus", pos)
+            if isinstance(operand, Lit) and operand.value is not None:
+                return Lit(-operand.value, operand.type)
+            return Neg(operand)
+        arith = {e.Add: "+", e.Sub: "-", e.Mul: "*", e.Div: "/"}
+        if type(node) in arith:
+            return self.arithmetic(arith[type(node)], node, context)
+        if isinstance(node, (e.IntDiv, e.Mod, e.Pow, e.DPipe, e.BitwiseAnd, e.BitwiseOr)):
+            raise self.unsupported(f"the operator in {node.sql(dialect=DIALECT)}", node)
+        compare = {e.EQ: "=", e.NEQ: "<>", e.LT: "<", e.LTE: "<=", e.GT: ">", e.GTE: ">="}
+        if type(node) in compare:
+            left = self.expr(node.this, context)
+            right = self.expr(node.expression, context)
+            return self.compare(compare[type(node)], left, right, node)
+        if isinstance(node, (e.And, e.Or)):
+            op = "and" if isinstance(node, e.And) else "or"
+            parts = []
+            for part in _flatten(node, type(node)):
+                ir = self.expr(part, context)
+                require(ir, ("bool",), op.upper(), self.pos(part))
+                parts.extend(ir.parts if isinstance(ir, Logic) and ir.op == op else [ir])
+            return fold(Logic(op, tuple(parts)))
+        if isinstance(node, e.Not):
+            operand = self.expr(node.this, context)
+            require(operand, ("bool",), "NOT", pos)
+            if isinstance(operand, InList):
+                return InList(operand.operand, operand.values, not operand.negate)
+            if isinstance(operand, Like):
+                return Like(
+                    operand.operand, operand.pattern, not operand.negate, operand.case_sensitive
+                )
+            if isinstance(operand, IsNull):
+                return IsNull(operand.operand, not operand.negate)
+            return fold(Not(operand))
+        if isinstance(node, e.Between):
+            x = self.expr(node.this, context)
+            low = self.expr(node.args["low"], context)
+            high = self.expr(node.args["high"], context)
+            return Logic(
+                "and", (self.compare(">=", x, low, node), self.compare("<=", x, high, node))
+            )
+        if isinstance(node, e.In):
+            if node.args.get("query") is not None or node.args.get("unnest") is not None:
+                raise self.unsupported("IN (subquery)", node, "IN")
+            x = self.expr(node.this, context)
+            values = []
+            for v in node.expressions:
+                ir = fold(self.expr(v, context))
+                if not isinstance(ir, Lit):
+                    raise self.unsupported(f"IN with the non-constant value {ir.sql()}", v)
+                ir = self.coerce_literal(ir, x, v)
+                comparable(x, ir, "IN", self.pos(v))
+                values.append(ir)
+            return InList(x, tuple(values))
+        if isinstance(node, (e.Like, e.ILike)):
+            x = self.expr(node.this, context)
+            require(x, ("str",), "LIKE", pos)
+            pattern = fold(self.expr(node.expression, context))
+            if not (isinstance(pattern, Lit) and isinstance(pattern.value, str)):
+                raise self.unsupported("LIKE with a pattern that is not a string constant", node)
+            if node.args.get("escape") is not None:
+                raise self.unsupported("LIKE ... ESCAPE", node, "ESCAPE")
+            return Like(x, pattern.value, bool(node.args.get("negate")), isinstance(node, e.Like))
+        if isinstance(node, e.Escape):
+            raise self.unsupported("LIKE ... ESCAPE", node, "ESCAPE")
+        if isinstance(node, e.Is):
+            if isinstance(node.expression, e.Null):
+                return IsNull(self.expr(node.this, context))
+            raise self.unsupported(f"IS {node.expression.sql(dialect=DIALECT)}", node, "IS")
+        if isinstance(node, e.Case):
+            return self.case(node, context)
+        if isinstance(node, e.If):
+            cond = self.condition(node.this, context, "IF")
+            true = self.expr(node.args["true"], context)
+            false = node.args.get("false")
+            false = self.expr(false, context) if false is not None else None
+            kind = unify([true.kind] + ([false.kind] if false else []), "IF", pos)
+            return Case(((cond, true),), false, kind)
+        if isinstance(node, e.Extract) or isinstance(node, (e.Year, e.Month, e.Day, e.Quarter)):
+            return self.extract(node, context)
+        if isinstance(node, e.Anonymous) and node.name.lower() in ("date_part", "datepart"):
+            return self.extract(node, context)
+        if isinstance(node, (e.Cast, e.TryCast)):
+            return self.cast(node, context)
+        if isinstance(node, e.Interval):
+            raise self.unsupported(
+                "INTERVAL outside date arithmetic (date +/- INTERVAL)", node, "INTERVAL"
+            )
+        if isinstance(node, (e.Abs, e.Lower, e.Upper, e.Length, e.Substring, e.Coalesce)):
+            return self.function(node, context)
+        if isinstance(node, e.AggFunc):
+            return self.aggregate(node, context)
+        if isinstance(node, e.Anonymous):
+            raise self.unsupported(f"the function {node.name.upper()}", node, node.name)
+        label = type(node).__name__
+        raise self.unsupported(f"{label} ({node.sql(dialect=DIALECT)[:40]})", node)
+
+    def column(self, node: Any, context: Context) -> Expr:
+        name, table = node.name, node.table
+        scope = context.scope
+        if table:
+            item = scope.item(table)
+            if item is None:
+                raise SqlNameError(
+                    f"unknown table or alias {table!r} in {table}.{name}; the FROM clause has "
+                    f"{[i.alias for i in scope.items]}",
+                    self.pos(node),
+                    f"{table}.{name}",
+                )
+            found = item.find(name)
+            if found is None:
+                raise SqlNameError(
+                    f"{item.alias!r} has no column {name!r}; its columns are {list(item.columns)}",
+                    self.pos(node),
+                    f"{table}.{name}",
+                )
+            return item.columns[found]
+        holders = [i for i in scope.items if i.find(name)]
+        if not holders:
+            if name.lower() in context.aliases:
+                return context.aliases[name.lower()]
+            known = sorted({c for i in scope.items for c in i.columns})
+            raise SqlNameError(
+                f"unknown column {name!r}; the FROM items have {known}", self.pos(node), name
+            )
+        if len(holders) > 1:
+            merged = scope.merged.get(name.lower(), set())
+            if not {h.alias for h in holders} <= merged:
+                raise SqlNameError(
+                    f"column {name!r} is ambiguous: it is in {[h.alias for h in holders]}; "
+                    "qualify it (alias.column)",
+                    self.pos(node),
+                    name,
+                )
+        return holders[0].columns[holders[0].find(name)]
+
+    def arithmetic(self, op: str, node: Any, context: Context) -> Expr:
+        e = self.exp
+        pos = self.pos(node)
+        left = self.expr(node.this, context)
+        right_node = node.expression
+        while isinstance(right_node, e.Paren):
+            right_node = right_node.this
+        if isinstance(right_node, e.Interval) and op in "+-":
+            interval = self.interval(right_node)
+            require(left, ("date",), "date +/- INTERVAL", pos)
+            sign = 1 if op == "+" else -1
+            shifted = DateShift(left, sign * interval.months, sign * interval.days)
+            return fold(shifted)
+        right = self.expr(right_node, context)
+        for side in (left, right):
+            require(side, NUMBERS, f"the operator {op}", pos)
+        return fold(Arith(op, left, right))
+
+    def interval(self, node: Any) -> Interval:
+        value = node.this
+        unit = node.args.get("unit")
+        text = value.this if value is not None else ""
+        unit_name = unit.name.lower() if unit is not None else ""
+        if not unit_name and isinstance(text, str) and len(text.split()) == 2:
+            text, unit_name = text.split()
+        try:
+            amount = int(str(text).strip())
+        except ValueError:
+            raise self.unsupported(
+                f"INTERVAL {node.sql(dialect=DIALECT)}", node, "INTERVAL"
+            ) from None
+        unit_name = unit_name.rstrip("s")
+        if unit_name == "year":
+            return Interval(12 * amount, 0)
+        if unit_name == "month":
+            return Interval(amount, 0)
+        if unit_name == "quarter":
+            return Interval(3 * amount, 0)
+        if unit_name == "week":
+            return Interval(0, 7 * amount)
+        if unit_name == "day":
+            return Interval(0, amount)
+        raise self.unsupported(f"INTERVAL in {unit_name or '?'} units", node, "INTERVAL")
+
+    def coerce_literal(self, literal_: Expr, other: Expr, node: Any) -> Expr:
+        """A string constant compared with a date is a date (as in DuckDB)."""
+        if isinstance(literal_, Lit) and literal_.type == "str" and other.kind == "date":
+            return date_literal(literal_.value, self.pos(node))
+        return literal_
+
+    def compare(self, op: str, left: Expr, right: Expr, node: Any) -> Expr:
+        left = self.coerce_literal(left, right, node)
+        right = self.coerce_literal(right, left, node)
+        comparable(left, right, f"the comparison {op}", self.pos(node))
+        return fold(Cmp(op, left, right))
+
+    def case(self, node: Any, context: Context) -> Expr:
+        subject = node.this
+        subject = self.expr(subject, context) if subject is not None else None
+        whens = []
+        for branch in node.args.get("ifs") or []:
+            if subject is not None:
+                value = self.expr(branch.this, context)
+                cond = self.compare("=", subject, value, branch)
+            else:
+                cond = self.condition(branch.this, context, "CASE WHEN")
+            whens.append((cond, self.expr(branch.args["true"], context)))
+        default = node.args.get("default")
+        default = self.expr(default, context) if default is not None else None
+        kinds = [v.kind for _, v in whens] + ([default.kind] if default is not None else [])
+        kind = unify(kinds, "CASE", self.pos(node))
+        if kind == "null":
+            kind = "int"
+        return fold(Case(tuple(whens), default, kind))
+
+    def extract(self, node: Any, context: Context) -> Expr:
+        e = self.exp
+        if isinstance(node, e.Extract):
+            part, operand = node.this.name.lower(), node.expression
+        elif isinstance(node, e.Anonymous):
+            args = node.expressions
+            if len(args) != 2 or not (isinstance(args[0], e.Literal) and args[0].is_string):
+                raise self.unsupported("DATE_PART with a part that is not a string", node)
+            part, operand = args[0].this.lower(), args[1]
+        else:
+            part, operand = type(node).__name__.lower(), node.this
+        aliases = {
+            "years": "year",
+            "months": "month",
+            "days": "day",
+            "dayofweek": "dow",
+            "weekday": "dow",
+            "dayofyear": "doy",
+            "quarters": "quarter",
+        }
+        part = aliases.get(part, part)
+        if part not in (
+            "year",
+            "month",
+            "day",
+            "quarter",
+            "doy",
+            "dow",
+            "isodow",
+            "hour",
+            "minute",
+            "second",
+        ):
+            raise self.unsupported(f"EXTRACT({part.upper()} ...)", node)
+        operand = self.expr(operand, context)
+        require(operand, ("date",), f"EXTRACT({part.upper()})", self.pos(node))
+        return fold(Extract(part, operand))
+
+    def cast(self, node: Any, context: Context) -> Expr:
+        from .catalog import type_kind
+
+        target = node.args["to"].sql(dialect=DIALECT)
+        try:
+            kind = type_kind(target)
+        except SqlTypeError:
+            raise self.unsupported(f"CAST to {target}", node, "CAST") from None
+        operand = self.expr(node.this, context)
+        if isinstance(operand, Lit) and operand.type == "str" and kind == "date":
+            return date_literal(operand.value, self.pos(node))
+        allowed = {
+            "int": ("int", "float", "str", "bool"),
+            "float": ("int", "float", "str", "bool"),
+            "date": ("date", "str"),
+            "str": ("str", "int", "float"),
+            "bool": ("bool",),
+        }[kind]
+        require(operand, allowed, f"CAST to {target}", self.pos(node))
+        if operand.kind == "bool" and kind in NUMBERS:
+            return Case(((operand, Lit(1, "int")),), Lit(0, "int"), "int")
+        return fold(Cast(operand, kind))
+
+    def function(self, node: Any, context: Context) -> Expr:
+        e = self.exp
+        pos = self.pos(node)
+        name = {
+            e.Abs: "abs",
+            e.Lower: "lower",
+            e.Upper: "upper",
+            e.Length: "length",
+            e.Substring: "substring",
+            e.Coalesce: "coalesce",
+        }[type(node)]
+        if name == "coalesce":
+            args = [self.expr(a, context) for a in [node.this, *node.expressions]]
+            kind = unify([a.kind for a in args], "COALESCE", pos)
+            return fold(Func(name, tuple(args), kind))
+        if name == "substring":
+            x = self.expr(node.this, context)
+            require(x, ("str",), "SUBSTRING", pos)
+            bounds = [
+                fold(self.expr(node.args[k], context))
+                for k in ("start", "length")
+                if node.args.get(k) is not None
+            ]
+            if not all(isinstance(b, Lit) and b.type == "int" for b in bounds):
+                raise self.unsupported("SUBSTRING with bounds that are not integer constants", node)
+            return fold(Func(name, (x, *bounds), "str"))
+        x = self.expr(node.this, context)
+        if name == "abs":
+            require(x, NUMBERS, "ABS", pos)
+            return fold(Func(name, (x,), x.kind))
+        require(x, ("str",), name.upper(), pos)
+        return fold(Func(name, (x,), "int" if name == "length" else "str"))
+
+    def aggregate(self, node: Any, context: Context) -> Expr:
+        e = self.exp
+        name = type(node).__name__.upper()
+        if context.aggregates is None:
+            where = (
+                "inside another aggregate"
+                if context.clause == "aggregate"
+                else (f"in {context.clause}")
+            )
+            raise SqlSemanticError(
+                f"aggregate function {name} is not allowed {where}", self.pos(node), name
+            )
+        if isinstance(node, (e.Min, e.Max)):
+            raise self.unsupported(
+                f"{name} (not maintainable under deletes in a ring)",
+                node,
+                name,
+                "use SUM, COUNT or AVG",
+            )
+        if not isinstance(node, (e.Count, e.Sum, e.Avg)):
+            raise self.unsupported(f"the aggregate {name}", node, None, "use SUM, COUNT or AVG")
+        argument = node.this
+        if isinstance(argument, e.Distinct):
+            raise self.unsupported(f"{name}(DISTINCT ...)", node, "DISTINCT")
+        inner = Context(context.scope, None, "aggregate", context.aliases)
+        function = name.lower()
+        if isinstance(node, e.Count) and (argument is None or isinstance(argument, e.Star)):
+            return context.aggregates.add("count", None, node)
+        if node.expressions:
+            raise self.unsupported(f"{name} with several arguments", node)
+        ir = self.expr(argument, inner)
+        if function in ("sum", "avg"):
+            require(ir, NUMBERS, name, self.pos(node))
+            if ir.kind == "null":
+                ir = Lit(None, "int")
+        return context.aggregates.add(function, ir, node)
+
+
+def _flatten(node: Any, kind: type) -> list:
+    out = []
+    for side in (node.this, node.expression):
+        inner = side
+        if isinstance(inner, kind):
+            out.extend(_flatten(inner, kind))
+        else:
+            out.append(side)
+    return out
