@@ -103,7 +103,9 @@ class View:
 
     def subscribe(self, callback: Subscriber) -> Subscription:
         """Call ``callback(diff)`` after every batch that changes the view: ``diff`` holds
-        the output rows that left (``multiplicity`` < 0) or came (> 0)."""
+        the output rows that left (``multiplicity`` < 0) or came (> 0).  Callbacks run once
+        the batch is applied everywhere; an exception in one propagates from the apply
+        (the batch stays applied).  ``.cancel()`` on the returned handle unsubscribes."""
         if not callable(callback):
             raise InputTypeError(f"subscribe takes a callable, got {type(callback).__name__}")
         subscription = Subscription(self, callback)
@@ -229,13 +231,13 @@ class Database:
         self._views: dict[str, View] = {}
 
     # ---------------------------------------------------------------- schema
-    def create_table(self, ddl: str | None = None, /, **columns: str) -> None:
-        """Add tables from ``CREATE TABLE`` text."""
-        schemas = parse_ddl(ddl) if ddl is not None else []
-        if columns:
-            raise InputTypeError("create_table takes CREATE TABLE text")
+    def create_table(self, ddl: str) -> None:
+        """Add the tables of ``CREATE TABLE`` statements (all or none)."""
+        schemas = parse_ddl(ddl)
         staged = self.catalog.copy()
         for schema in schemas:
+            if schema.name in self._views:
+                raise SqlNameError(f"a view named {schema.name!r} exists", construct=schema.name)
             staged.add(schema)
         self.catalog = staged
         for schema in schemas:
@@ -363,25 +365,24 @@ class Database:
 
     # ---------------------------------------------------------------- warehouse mode
     def query(self, sql: str) -> pd.DataFrame:
-        """Evaluate a SELECT once over the current tables; a view can be read as a table
-        (``SELECT ... FROM my_view WHERE ...``)."""
+        """Evaluate a SELECT once over the current tables (warehouse mode); views are read
+        as tables too (``SELECT ... FROM my_view WHERE ...``)."""
         catalog = self.catalog.copy()
-        contents: dict[str, tuple[pd.DataFrame, np.ndarray]] = {}
+        schemas = {}
         for name, view in self._views.items():
-            if name in sql or name.lower() in sql.lower():
-                rows = view.to_pandas()
-                kinds = tuple(_kind_of(o.expression.kind) for o in view.plan.outputs)
-                schema = TableSchema(name, tuple(rows.columns), kinds)
-                catalog.add(schema)
-                frame = schema.conform(rows)
-                contents[name] = (frame, np.ones(len(frame), dtype=np.int64))
+            kinds = tuple(_kind_of(o.expression.kind) for o in view.plan.outputs)
+            schemas[name] = TableSchema(name, view.columns, kinds)
+            catalog.add(schemas[name])
         plan = compile_view(sql, catalog)
-        once = View("query", plan, "recompute")
+        contents = {}
         for table in plan.tables:
-            if table not in contents:
-                store = self._tables[table]
-                contents[table] = store.distinct()
-        batches = once.batches({t: contents[t] for t in plan.tables})
+            if table in schemas:  # a view: its current rows, as a table's
+                frame = schemas[table].conform(self._views[table].to_pandas())
+                contents[table] = (frame, np.ones(len(frame), dtype=np.int64))
+            else:
+                contents[table] = self._tables[table].distinct()
+        once = View("query", plan, "recompute")
+        batches = once.batches(contents)
         if batches:
             once.maintainer.apply(batches)
         return once.to_pandas()
