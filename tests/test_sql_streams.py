@@ -65,6 +65,7 @@ VIEWS = {
         [],
     ),
     "global": ("SELECT COUNT(*), SUM(R.x), AVG(S.y) FROM R, S WHERE R.b = S.b", []),
+    "global_having": ("SELECT COUNT(*) AS n, SUM(x) FROM R HAVING COUNT(*) > 3", []),
     "arith_order_limit": (
         "SELECT R.a, SUM(R.x) / COUNT(*) AS avgx, 100.0 * SUM(S.y) / (1 + COUNT(*)) AS p "
         "FROM R JOIN S ON R.b = S.b GROUP BY R.a ORDER BY R.a DESC LIMIT 2",

@@ -113,9 +113,10 @@ class _Compiler(Binder):
             if root is not None
             for n in root.walk()
         )
-        grouped = bool(group) or has_aggregates or distinct
-        global_aggregate = has_aggregates and not group
-        if distinct and (group or has_aggregates):
+        has_having = select.args.get("having") is not None  # HAVING alone aggregates too
+        grouped = bool(group) or has_aggregates or distinct or has_having
+        global_aggregate = (has_aggregates or has_having) and not group
+        if distinct and (group or has_aggregates or has_having):
             raise self.unsupported(
                 "DISTINCT over grouped or aggregated rows",
                 select,
@@ -141,10 +142,8 @@ class _Compiler(Binder):
         outputs = [OutputColumn(name, self.post(ir, create, node)) for name, ir, node in items]
         output_slots = {o.name.lower(): i for i, o in enumerate(outputs)}
         having = None
-        if select.args.get("having") is not None:
+        if has_having:
             node = select.args["having"].this
-            if not grouped:
-                grouped = True
             context = Context(scope, aggregates, "HAVING", aliases)
             having = self.post(self.condition(node, context, "HAVING"), False, node)
         order = self.order_by(
