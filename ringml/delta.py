@@ -1,10 +1,11 @@
-"""The change of a maintained result caused by one apply (a view diff).
+"""Groups of a maintained result with their payloads: the result itself, or its change.
 
-:class:`ResultDelta` holds, for every group of the result that changed, its group key (codes,
-decoded on demand), the change of its payload and the change of its exact derivation count.
-A group *appears* when its count goes from 0 to positive and *vanishes* when it drops to 0
-(F-IVM Remark 1); a group whose payload changed keeps its count.  Without free variables the
-result is one payload and the delta has at most one entry, keyed by ``()``.
+:class:`Groups` holds group keys (codes, decoded on demand), one payload per group (a ring
+batch) and its exact number of derivations.  ``Maintainer.apply`` returns the *change* of
+the result as one (:data:`ResultDelta`): per changed group the payload change and the change
+of the count -- a group appears when its count goes from 0 to positive and vanishes when it
+drops to 0 (F-IVM Remark 1).  ``Maintainer.groups`` gives the current result in the same
+form.  Without free variables the result is one payload keyed by ``()``.
 """
 
 from __future__ import annotations
@@ -17,13 +18,12 @@ import pandas as pd
 from .rings.base import Ring
 
 
-class ResultDelta:
-    """``free`` group columns (:attr:`codes`), :attr:`payload` changes (a ring batch) and
-    :attr:`support` changes (derivation counts; None when deletes are not checked), one
-    entry per changed group.
+class Groups:
+    """``free`` group columns (:attr:`codes`), :attr:`payload` (a ring batch) and
+    :attr:`support` (derivation counts; None when they are not kept), one entry per group.
 
-    Built from the root's deltas as the engine computed them; groups whose changes
-    cancelled out are dropped the first time the delta is read, so an apply whose delta
+    A delta is built from the root's deltas as the engine computed them; groups whose
+    changes cancelled out are dropped the first time it is read, so an apply whose delta
     nobody reads pays nothing for it.
     """
 
@@ -37,12 +37,15 @@ class ResultDelta:
         support: np.ndarray | None,
         ring: Ring,
         decoder: Callable[[str, np.ndarray], np.ndarray],
+        prune: bool = False,
     ) -> None:
+        """``prune``: drop, when first read, the groups whose payload and count are zero
+        (the cancelled changes of a delta)."""
         self.free = free
         self.ring = ring
         self._decoder = decoder
         self._codes, self._payload, self._support = codes, payload, support
-        self._settled = False
+        self._settled = not prune
 
     def _settle(self) -> None:
         if self._settled:
@@ -114,4 +117,8 @@ class ResultDelta:
         return frame
 
     def __repr__(self) -> str:
-        return f"ResultDelta({len(self)} group(s) changed over {list(self.free)})"
+        return f"Groups({len(self)} group(s) over {list(self.free)})"
+
+
+#: The change of a result caused by one apply: per changed group, payload and count changes.
+ResultDelta = Groups

@@ -27,7 +27,7 @@ import pandas as pd
 
 from . import operators as ops
 from .batch import BatchPreparer, PreparedRows, UpdateBatch, as_frame
-from .delta import ResultDelta
+from .delta import Groups, ResultDelta
 from .encoding import Dictionary
 from .enumeration import enumerate_nu
 from .errors import BatchError, InputTypeError, SchemaError
@@ -52,6 +52,11 @@ class Maintainer:
     ``tree="nu"`` builds ν (F-IVM §8.1) instead of τ: grouped results stay factorized over
     H/V views (linear in the database for free-connex queries) and are enumerated with
     constant delay; its default order is canonical (q-hierarchical) or free-connex.
+
+    Deletes of tuples that are not present are rejected (each relation's tuples are counted
+    by fingerprint).  ``trust_deletes=True`` skips that check for a caller that already
+    made it (e.g. a SQL database feeding several views) and keeps exact derivation counts;
+    ``allow_absent_deletes=True`` gives plain ring semantics (no check, no counts).
     """
 
     def __init__(
@@ -62,6 +67,7 @@ class Maintainer:
         strategy: str = "fivm",
         allow_absent_deletes: bool = False,
         tree: str = "tau",
+        trust_deletes: bool = False,
     ) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; choose one of {STRATEGIES}")
@@ -97,13 +103,16 @@ class Maintainer:
             frozenset(self.ring.keyed_variables),
             track_support=not allow_absent_deletes,
         )
+        self._deletes = (
+            "unchecked" if allow_absent_deletes else "trusted" if trust_deletes else "checked"
+        )
         encoded, numeric = self._column_needs()
         self._preparer = BatchPreparer(
             query,
             {key: self._dictionaries[var] for key, var in self._column_variable.items()},
             encoded,
             numeric,
-            check_deletes=not allow_absent_deletes,
+            check_deletes=self._deletes == "checked",
         )
         self._loading = True
         self._journal: list = []  # additions of the batch being applied, to undo on failure
@@ -317,6 +326,39 @@ class Maintainer:
         for i, element in enumerate(self.ring.batch_to_list(payload)):
             yield tuple(column[i] for column in decoded), element
 
+    def groups(self, at: np.ndarray | None = None) -> Groups:
+        """The result as :class:`~ringml.delta.Groups`: every group's payload and number
+        of derivations in one ring batch (a vectorized read), or, with ``at`` (group codes
+        in ``query.free`` order, e.g. a delta's :attr:`~ringml.delta.Groups.codes`), the
+        current payload and count of those groups (zero where a group is gone)."""
+        if not self._has_result_deltas():
+            raise SchemaError("a ν tree keeps the grouped result factorized: use enumerate()")
+        store = self._stores[self.plan.root]
+        free = tuple(self.query.free)
+        order = [store.keys.index(v) for v in free]
+        if at is None:
+            slots = store.index.live_slots()
+            codes = store.index.keys[slots][:, order] if free else np.zeros((len(slots), 0), int)
+            payload = store.take(slots)
+            support = store.support[slots] if self._ctx.track_support else None
+            return Groups(free, codes, payload, support, self.ring, self.decode)
+        at = np.asarray(at, dtype=np.int64)
+        if at.ndim == 1 and len(free) == 1:
+            at = at[:, None]
+        if at.ndim != 2 or at.shape[1] != len(free):
+            raise InputTypeError(f"groups(at=...) takes codes of shape (n, {len(free)})")
+        back = np.argsort(order)  # from free order to the store's key order
+        slots = store.lookup(at[:, back] if free else np.zeros((len(at), 0), np.int64))
+        found = np.flatnonzero(slots >= 0)
+        payload = self.ring.batch_scatter_add(
+            self.ring.batch_zeros(len(at)), found, store.take(slots[found])
+        )
+        support = None
+        if self._ctx.track_support:
+            support = np.zeros(len(at), dtype=np.int64)
+            support[found] = store.support[slots[found]]
+        return Groups(free, at, payload, support, self.ring, self.decode)
+
     def explain(self) -> str:
         """The variable order, the view tree and which views are stored, and the plan."""
         header = f"strategy: {self.strategy}; ring: {type(self.ring).__name__}"
@@ -336,7 +378,7 @@ class Maintainer:
             "tree": "nu" if isinstance(self.tree, NuTree) else "tau",
             "strategy": self.strategy,
             "updatable": sorted(self.updatable),
-            "deletes": "checked" if self._preparer.counts is not None else "unchecked",
+            "deletes": self._deletes,
         }
 
     def fingerprint(self) -> str:
@@ -627,7 +669,7 @@ class Maintainer:
         else:
             codes, payload, support = self._combine(root.keys, roots)
             codes = codes[:, [root.keys.index(v) for v in free]]
-        delta = ResultDelta(free, codes, payload, support, ring, self.decode)
+        delta = ResultDelta(free, codes, payload, support, ring, self.decode, prune=True)
         if self._subscribers and delta:
             for callback in list(self._subscribers):
                 callback(delta)

@@ -203,3 +203,26 @@ def test_a_cartesian_product_of_connected_pieces_is_the_product_of_their_results
         assert "V@product[A] = V@A_R ⊗ V@E_ST" in m.explain()
     with pytest.raises(VariableOrderError, match="connected"):
         Maintainer(query, strategy=strategy, tree="nu")
+
+
+def test_groups_read_the_result_and_trusted_deletes_keep_counts():
+    query = Query(
+        {"Sales": ["store", "units"], "Stores": ["store", "city"]},
+        RealRing(["units"]),
+        free=["city"],
+    )
+    m = Maintainer(query, trust_deletes=True)
+    m.insert("Stores", pd.DataFrame({"store": [1, 2], "city": ["Oslo", "Rome"]}))
+    m.insert("Sales", pd.DataFrame({"store": [1, 1, 2], "units": [3.0, 1.0, 7.0]}))
+    delta = m.delete("Sales", pd.DataFrame({"store": [2], "units": [7.0]}))
+    groups = m.groups()
+    assert groups.to_dict() == {("Oslo",): 4.0} and groups.support.tolist() == [2]
+    at = m.groups(at=delta.codes)  # Rome is gone: zero payload, no derivation left
+    assert at.to_dict() == {("Rome",): 0.0} and at.support.tolist() == [0]
+    assert m.description()["deletes"] == "trusted" and m._preparer.counts is None
+    # trusted deletes are not checked: the caller vouches for them
+    m.delete("Sales", pd.DataFrame({"store": [1], "units": [1.0]}))
+    assert m.groups().support.tolist() == [1]
+    nu = Maintainer(Query({"R": ["A", "B"]}, IntegerRing(), free=["A", "B"]), tree="nu")
+    with pytest.raises(SchemaError, match="enumerate"):
+        nu.groups()

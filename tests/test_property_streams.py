@@ -626,7 +626,14 @@ def check_delta(m: Maintainer, scenario: Scenario, delta, before, after, label: 
             values_after.get(g, zero_like(shape)), values_before.get(g, zero_like(shape))
         )
         assert_same(got.get(g, zero_like(want)), want, f"{label} Δ group {g}")
+    now = m.groups(at=delta.codes)  # the current payloads and counts of the changed groups
+    for key, payload in zip(keys, now.payloads(), strict=True):
+        shape = values_after.get(key, values_before.get(key))
+        want = values_after.get(key, zero_like(shape))
+        assert_same(comparable(m, scenario, payload), want, f"{label} groups(at) {key}")
     if delta.support is not None:
+        for key, count in zip(keys, now.support.tolist(), strict=True):
+            assert count == counts_after.get(key, 0), f"{label} derivations now of {key}"
         support = dict(zip(keys, delta.support.tolist(), strict=True))
         for g in set(counts_before) | set(counts_after) | set(support):
             change = counts_after.get(g, 0) - counts_before.get(g, 0)

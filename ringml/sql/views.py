@@ -32,22 +32,15 @@ from .tables import TableChange, TableStore, check_batches
 Subscriber = Callable[[pd.DataFrame], object]
 
 
-def _root_store(maintainer: Maintainer):
-    """The store of the maintained result (private engine state; the one place read)."""
-    plan = getattr(maintainer, "plan", None)
-    if plan is not None and hasattr(plan, "root"):
-        return maintainer._stores[plan.root]  # noqa: SLF001
-    return maintainer._root_store()  # noqa: SLF001
-
-
 def engine_groups(maintainer: Maintainer, plan: ViewPlan) -> tuple[dict, dict]:
     """The maintained groups: decoded values per free variable and one array per ring
     component (a vectorized read of the result)."""
-    store = _root_store(maintainer)
-    codes, payload = store.entries()
-    keys = {var: maintainer.decode(var, codes[:, store.keys.index(var)]) for var, _ in plan.keys}
-    parts = _parts(payload)
-    return keys, {c.name: p for c, p in zip(plan.components, parts, strict=True)}
+    groups = maintainer.groups()
+    keys = groups.columns()
+    parts = _parts(groups.payload)
+    return {var: keys[var] for var, _ in plan.keys}, {
+        c.name: p for c, p in zip(plan.components, parts, strict=True)
+    }
 
 
 def _parts(payload) -> list[np.ndarray]:
@@ -76,7 +69,8 @@ class View:
         self.plan = plan
         self.strategy = strategy
         self.query = plan.query()
-        self.maintainer = Maintainer(self.query, strategy=strategy)
+        # the database checks deletes against its tables once, for every view
+        self.maintainer = Maintainer(self.query, strategy=strategy, trust_deletes=True)
         self._subscribers: list[Subscription] = []
         self._by_table: dict[str, list[AtomPlan]] = {}
         for atom in plan.atoms:
@@ -123,18 +117,9 @@ class View:
         groups' rows now and before (now minus the change), their multiset difference."""
         if delta is None or not len(delta):
             return row_changes(self._empty, self._empty)
-        store = _root_store(self.maintainer)
-        codes = delta.codes  # in the order of the free variables; the store has its own
-        slots = store.lookup(codes[:, [delta.free.index(k) for k in store.keys]])
-        present = slots >= 0
-        taken = _parts(store.take(slots[present]))
-        change = _parts(delta.payload)
-        now, then = [], []
-        for part, moved in zip(taken, change, strict=True):
-            current = np.zeros(len(codes), dtype=part.dtype)
-            current[present] = part
-            now.append(current)
-            then.append(current - moved)
+        current = self.maintainer.groups(at=delta.codes)  # zero where a group is gone
+        now = _parts(current.payload)
+        then = [part - moved for part, moved in zip(now, _parts(delta.payload), strict=True)]
         keys = delta.columns()
         rows = []
         for parts in (then, now):
