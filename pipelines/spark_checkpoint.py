@@ -11,10 +11,14 @@ No pyspark here: these helpers are used by the driver (streaming) and inside exe
   stored state, e.g. its covariance shifts), so the caller's ``query.ring`` reads results.
 * :func:`atomic_write` writes a file so that readers see the old or the new content, never
   a mix (temporary file in the same folder, fsync, ``os.replace``, fsync of the folder).
-* :class:`StateCheckpoint` keeps ``(maintainer, last applied batch id)`` in one file, written
-  atomically, plus an optional write-ahead log of the batches applied since the last
-  snapshot (``snapshot_every > 1``), replayed on load; ``load(like=...)`` refuses the state
-  of another query.
+* :func:`snapshot_state` / :func:`restore_state` do the same for a maintainer or a SQL
+  :class:`ringml.sql.Database` (catalog, tables, views and their maintainers; restoring it
+  like a given database checks :meth:`~ringml.sql.Database.description`: the same tables
+  and view definitions).
+* :class:`StateCheckpoint` keeps ``(maintainer or database, last applied batch id)`` in one
+  file, written atomically, plus an optional write-ahead log of the batches applied since
+  the last snapshot (``snapshot_every > 1``), replayed on load; ``load(like=...)`` refuses
+  the state of another query or database.
 
 Cost: a snapshot serializes every materialized view (numpy arrays; pickle protocol 5), so
 it is linear in the maintained state, not in the batch.  With ``snapshot_every=N`` a batch
@@ -44,8 +48,12 @@ __all__ = [
     "StateCheckpoint",
     "atomic_write",
     "check_same_description",
+    "restore_database",
     "restore_maintainer",
+    "restore_state",
+    "snapshot_database",
     "snapshot_maintainer",
+    "snapshot_state",
 ]
 
 _FORMAT = 2
@@ -115,6 +123,64 @@ def restore_maintainer(
     return _Unpickler(stream, {"ring": ring, "query": query}).load()
 
 
+def snapshot_database(database: Any) -> bytes:
+    """Serialize a :class:`ringml.sql.Database` (catalog, rows, views and their maintainers;
+    not their subscribers) with its :meth:`~ringml.sql.Database.description`."""
+    buffer = io.BytesIO()
+    pickle.dump(("database", _FORMAT, {"description": database.description()}), buffer, protocol=5)
+    pickle.dump(database, buffer, protocol=5)
+    return buffer.getvalue()
+
+
+def restore_database(data: bytes, like: Any = None, where: str = "the snapshot") -> Any:
+    """Inverse of :func:`snapshot_database`: a new database.  With ``like``, a snapshot of
+    other tables or view definitions raises :class:`CheckpointError` naming what differs
+    (``like.adopt_state(restored)`` then moves the state into ``like``)."""
+    stream = io.BytesIO(data)
+    header = _header(stream, "database", where)
+    if like is not None:
+        check_same_description(header.get("description"), like.description(), where)
+    try:
+        return pickle.load(stream)
+    except Exception as error:  # noqa: BLE001 - any unpickling failure
+        raise CheckpointError(f"{where}: unreadable ({error})") from error
+
+
+def snapshot_state(target: Any) -> bytes:
+    """:func:`snapshot_maintainer` for a maintainer, :func:`snapshot_database` otherwise."""
+    if isinstance(target, Maintainer):
+        return snapshot_maintainer(target)
+    return snapshot_database(target)
+
+
+def restore_state(data: bytes, like: Any = None, where: str = "the snapshot") -> Any:
+    """Inverse of :func:`snapshot_state` (the snapshot says which kind it holds)."""
+    kind = _header(io.BytesIO(data), None, where)[0] if data else None
+    if kind == "database":
+        return restore_database(data, like, where)
+    return restore_maintainer(data, like, where)
+
+
+def _header(stream: io.BytesIO, kind: str | None, where: str) -> Any:
+    """The snapshot's header (``kind`` given: checked, its payload; else ``(kind, ...)``)."""
+    try:
+        loaded = pickle.load(stream)
+    except Exception as error:  # noqa: BLE001 - any unpickling failure
+        raise CheckpointError(f"{where}: unreadable ({error})") from error
+    if not isinstance(loaded, tuple) or len(loaded) != 3:
+        raise CheckpointError(f"{where}: not a ringml snapshot")
+    if kind is None:
+        return loaded
+    if loaded[0] != kind:
+        raise CheckpointError(f"{where}: holds a {loaded[0]}, not a {kind}")
+    if loaded[1] != _FORMAT:
+        raise CheckpointError(
+            f"{where}: snapshot format {loaded[1]} is not supported (want {_FORMAT}); it was "
+            "written by another ringml version: start from a fresh state folder"
+        )
+    return loaded[2]
+
+
 def check_same_description(
     saved: Mapping[str, Any] | None, current: Mapping[str, Any], where: str
 ) -> None:
@@ -134,7 +200,7 @@ def check_same_description(
             for key in differing
         )
         raise CheckpointError(
-            f"{where} was saved for another query or maintainer (differing: "
+            f"{where} was saved for another query, maintainer or database (differing: "
             f"{', '.join(differing)}):\n{lines}\nuse a fresh state folder, or the query it "
             "was saved for"
         )
@@ -219,7 +285,7 @@ def _fsync_dir(folder: str) -> None:
 class LoadedState:
     """What :meth:`StateCheckpoint.load` found."""
 
-    maintainer: Maintainer | None
+    maintainer: Maintainer | Any | None  # a Maintainer, or a ringml.sql.Database
     batch_id: int  # last applied batch id (-1: none)
     meta: dict[str, Any] = field(default_factory=dict)
     replayed: list[int] = field(default_factory=list)  # logged batch ids re-applied on load
@@ -227,6 +293,7 @@ class LoadedState:
 
 class StateCheckpoint:
     """``(maintainer, last applied batch id, meta)`` in ``directory``, written atomically.
+    The maintainer may also be a :class:`ringml.sql.Database` (its batches are of tables).
 
     With ``snapshot_every=1`` every :meth:`commit` writes a full snapshot.  With ``N > 1`` a
     commit writes the snapshot only every N-th time and otherwise a log record of the
@@ -270,7 +337,7 @@ class StateCheckpoint:
                     f"(want {_FORMAT}); start from a fresh state folder"
                 )
             where = f"the state in {self.directory}"
-            maintainer = restore_maintainer(record["maintainer"], like, where)
+            maintainer = restore_state(record["maintainer"], like, where)
             batch_id, meta = int(record["batch_id"]), dict(record.get("meta") or {})
         replayed = []
         for log_id in self._log_ids():
@@ -316,7 +383,7 @@ class StateCheckpoint:
             "format": _FORMAT,
             "batch_id": int(batch_id),
             "meta": dict(meta or {}),
-            "maintainer": snapshot_maintainer(maintainer),
+            "maintainer": snapshot_state(maintainer),
         }
         atomic_write(self.state_path, pickle.dumps(record, protocol=5))
         self._since_snapshot = 0

@@ -76,9 +76,27 @@ class View:
         for atom in plan.atoms:
             self._by_table.setdefault(atom.table, []).append(atom)
 
+    def __getstate__(self) -> dict:
+        """Everything but the subscribers (callbacks of this process; the maintainer drops
+        its own too): a view pickles, and so does its database."""
+        state = self.__dict__.copy()
+        state["_subscribers"] = []
+        return state
+
     @property
     def sql(self) -> str:
         return self.plan.sql
+
+    def description(self) -> dict:
+        """What the view maintains, canonically: its SQL as sqlglot renders it (formatting
+        does not matter), the strategy and the engine's :meth:`Maintainer.description`."""
+        from .parse import DIALECT, parse_select
+
+        return {
+            "sql": parse_select(self.plan.sql).sql(dialect=DIALECT),
+            "strategy": self.strategy,
+            "engine": self.maintainer.description(),
+        }
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -235,6 +253,39 @@ class Database:
     @property
     def tables(self) -> dict[str, TableSchema]:
         return {name: self.catalog.table(name) for name in self.catalog}
+
+    def description(self) -> dict:
+        """The catalog and the view definitions, canonically (not the rows): one entry per
+        table (``"table T"``: its columns and types) and per view (``"view v"``: see
+        :meth:`View.description`).  Checkpoints compare it before resuming, naming the
+        entries that differ.  A database pickles (subscribers are dropped)."""
+        out: dict = {}
+        for name, schema in sorted(self.tables.items()):
+            pairs = zip(schema.columns, schema.types, strict=True)
+            out[f"table {name}"] = [list(pair) for pair in pairs]
+        for name, view in sorted(self._views.items()):
+            out[f"view {name}"] = view.description()
+        return out
+
+    def adopt_state(self, other: Database) -> None:
+        """Take over the rows and view states of ``other`` (e.g. restored from a checkpoint),
+        which must have this database's :meth:`description`; this database keeps its
+        :class:`View` objects and their subscribers, which read the adopted state
+        (``other`` should not be used afterwards)."""
+        if not isinstance(other, Database):
+            raise InputTypeError(f"adopt_state takes a Database, got {type(other).__name__}")
+        mine, theirs = self.description(), other.description()
+        differing = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        if differing:
+            raise RingmlError(
+                f"cannot adopt the state of another database (differing: {', '.join(differing)})"
+            )
+        self.catalog = other.catalog.copy()
+        self._tables = other._tables
+        for name, view in self._views.items():
+            subscribers = view._subscribers
+            view.__dict__.update(other._views[name].__dict__)
+            view._subscribers = subscribers
 
     # ---------------------------------------------------------------- views
     def create_view(self, name: str, sql: str, strategy: str = "fivm") -> View:
