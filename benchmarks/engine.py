@@ -6,8 +6,13 @@ Run (from the repository root)::
     .venv/bin/python benchmarks/engine.py --quick              # smaller data, 5 s budget
     .venv/bin/python benchmarks/engine.py --workload housing-5000 --deletes 0.2
     .venv/bin/python benchmarks/engine.py --workload housing-5000 --profile
+    .venv/bin/python benchmarks/engine.py --workload star-shuffled   # issue 11, in-process
 
-Method (see benchmarks/README.md):
+The ``star-shuffled-P`` workloads (P = 1000, 5000, 50000; ``star-shuffled`` = all three) run
+a different method, in one process, interleaved against hand-written baselines: see
+``benchmarks/star_shuffled.py``; they write ``engine-shuffled.md`` / ``.csv``.
+
+Method of the other workloads (see benchmarks/README.md):
 
 * A workload's update stream is built once (:func:`ringml.datasets.build_stream`: round-robin,
   batches of 1000) and pickled; every strategy replays the same batches in a fresh
@@ -974,16 +979,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker(spec, strategy, float(budget), int(max_batches), result)
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
+    from star_shuffled import ALIAS as SHUFFLED_ALIAS
+    from star_shuffled import DEFAULT_DELETES as SHUFFLED_DELETES
+    from star_shuffled import WORKLOADS as SHUFFLED_WORKLOADS
+
+    parser.add_argument(
+        "--workload",
+        nargs="+",
+        choices=WORKLOADS + SHUFFLED_WORKLOADS + (SHUFFLED_ALIAS,),
+        default=list(WORKLOADS),
+        help="default: the five subprocess workloads; star-shuffled-P (or star-shuffled for "
+        "P = 1000, 5000, 50000) run in-process against hand-written baselines (issue 11)",
+    )
     parser.add_argument(
         "--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES), metavar="S"
     )
     parser.add_argument("--quick", action="store_true", help="small Retailer data, 5 s budget")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--budget-seconds", type=float, default=None, help="default 60 (5 quick)")
-    parser.add_argument("--deletes", type=float, default=0.0, help="fraction of deletes, <= 0.5")
+    parser.add_argument(
+        "--deletes",
+        type=float,
+        nargs="+",
+        default=None,
+        help="fraction of deletes, <= 0.5 (default 0); star-shuffled workloads run every "
+        "value given (default: 0 and 0.3)",
+    )
     parser.add_argument("--batch-size", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=None, help="default 3 (1 quick)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="default 3 (1 quick); star-shuffled: 5 for fivm vs numpy, 3 for the other pairs "
+        "(2 / 1 quick)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--warmup-rounds",
@@ -993,6 +1022,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(default 1; 0 = cold process)",
     )
     parser.add_argument("--no-oracle", dest="oracle", action="store_false")
+    shuffled = parser.add_argument_group("star-shuffled workloads (benchmarks/star_shuffled.py)")
+    shuffled.add_argument(
+        "--sections",
+        nargs="+",
+        choices=("fivm", "first_order", "categorical", "batch1", "memory"),
+        default=["fivm", "first_order", "categorical", "batch1", "memory"],
+        help="which comparisons to run (default all)",
+    )
+    shuffled.add_argument(
+        "--slow-budget-seconds",
+        type=float,
+        default=None,
+        help="per repeat, summed time of both programs for first_order/pandas and the "
+        "categorical pair (default 6; 3 quick); --budget-seconds bounds fivm/numpy",
+    )
+    shuffled.add_argument(
+        "--check-every",
+        type=int,
+        default=20,
+        help="compare fivm with the numpy baseline every K batches of the first repeat",
+    )
+    shuffled.add_argument(
+        "--batch1-tuples",
+        type=int,
+        default=None,
+        help="prefix replayed at batch size 1 (default 20000; 5000 quick; 0 = skip)",
+    )
+    shuffled.add_argument(
+        "--profile-workloads",
+        nargs="+",
+        default=None,
+        metavar="W",
+        help="with --profile: only these star-shuffled workloads (default all run)",
+    )
+    shuffled.add_argument(
+        "--all-variants",
+        action="store_true",
+        help="batch size 1 for every --deletes value (default: the first only)",
+    )
+    shuffled.add_argument(
+        "--allow-absent-deletes",
+        action="store_true",
+        help="engine maintainers without the absent-delete check (plain ring semantics)",
+    )
     parser.add_argument("--tag", default=None, help="result file stem (default: engine[-...])")
     parser.add_argument(
         "--profile",
@@ -1004,8 +1077,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     args.argv = argv
+    shuffled_names = [w for w in args.workload if w in SHUFFLED_WORKLOADS + (SHUFFLED_ALIAS,)]
+    args.workload = [w for w in args.workload if w in WORKLOADS]
+    given_deletes = args.deletes
+    if args.workload and given_deletes is not None and len(given_deletes) > 1:
+        parser.error("the subprocess workloads take one --deletes value")
+    args.deletes = given_deletes[0] if given_deletes else 0.0
+    args.shuffled_deletes = list(given_deletes) if given_deletes else list(SHUFFLED_DELETES)
     if args.budget_seconds is None:
         args.budget_seconds = 5.0 if args.quick else 60.0
+    if args.slow_budget_seconds is None:
+        args.slow_budget_seconds = 3.0 if args.quick else 6.0
+    if args.batch1_tuples is None:
+        args.batch1_tuples = 5000 if args.quick else 20000
+    # star-shuffled: the cheap fivm/numpy pair gets more repeats than the slow pairs
+    args.shuffled_repeats = args.repeats or (2 if args.quick else 5)
+    args.slow_repeats = args.repeats or (1 if args.quick else 3)
     if args.repeats is None:
         args.repeats = 1 if args.quick else 3
     tag = args.tag or "engine" + ("-quick" if args.quick else "") + (
@@ -1021,6 +1108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.commit = _git("rev-parse", "--short", "HEAD") or "?"
     args.dirty = bool(_git("status", "--porcelain", "--", *ENGINE_DIRS))
     results: list[CaseResult] = []
+    status = 0
     with tempfile.TemporaryDirectory(prefix="ringml-bench-") as tmpdir:
         tmp = Path(tmpdir)
         args.engine_hash = snapshot_engine(tmp / "engine")
@@ -1032,6 +1120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"engine: commit {args.commit}{' + uncommitted changes' if args.dirty else ''}, "
             f"snapshot {args.engine_hash} ({Path(ringml.__file__).parent})"
         )
+        if shuffled_names:
+            status = run_shuffled(args, shuffled_names, given_deletes, log)
+        if not args.workload:
+            return status
         for name in args.workload:
             start = time.perf_counter()
             cases = build_cases(name, args)
@@ -1084,7 +1176,45 @@ def main(argv: Sequence[str] | None = None) -> int:
             log(f"CORRECTNESS/RUN FAILURE in {name}: {text}")
         log("!" * 72)
         return 1
-    return 0
+    return status
+
+
+def run_shuffled(args, names: list[str], given_deletes, log) -> int:
+    """The star-shuffled workloads (in this process; see benchmarks/star_shuffled.py)."""
+    import star_shuffled
+
+    shuffled_args = argparse.Namespace(**vars(args))
+    shuffled_args.workload = names
+    tag = args.tag if args.tag and not args.workload else None
+    tag = tag or "engine-shuffled" + ("-quick" if args.quick else "")
+
+    def env_fn(load_before) -> dict[str, str]:
+        import numpy
+
+        return {
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": " ".join(["python benchmarks/engine.py", *map(shlex.quote, args.argv)]),
+            "engine": f"commit {args.commit}"
+            + (" + uncommitted changes in ringml/ or rings/" if args.dirty else "")
+            + f"; imported from one snapshot of the sources (sha256 {args.engine_hash})",
+            "python": platform.python_version(),
+            "numpy / pandas": f"{numpy.__version__} / {pd.__version__}",
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}",
+            "load average (1/5/15 min) at start": _load_text(load_before),
+            "batch size": str(args.batch_size),
+            "deletes": ", ".join(f"{d:.0%}" for d in shuffled_args.shuffled_deletes)
+            + " of the stream",
+            "repeats": f"{args.shuffled_repeats} (fivm vs numpy), {args.slow_repeats} (the "
+            "other pairs, batch size 1)",
+            "budgets": f"{args.budget_seconds:g} s (fivm vs numpy), {args.slow_budget_seconds:g} s "
+            "(first_order vs pandas, categorical) of summed apply time per repeat",
+            "engine options": "allow_absent_deletes=True"
+            if args.allow_absent_deletes
+            else "defaults (deletes of absent tuples are checked)",
+            "warm-up": f"{args.warmup_rounds} round(s) of the stream in throwaway programs",
+        }
+
+    return star_shuffled.run(shuffled_args, compare_moments, log, env_fn, args.out, tag)
 
 
 def profile_case(case: Case, strategy: str, args, tmp: Path, path: Path, log) -> None:
