@@ -50,8 +50,7 @@ class TableStore:
     def prepare(self, frame: pd.DataFrame, signs: np.ndarray) -> TableChange:
         """Check a typed batch (``signs``: +1 insert, -1 delete, or any multiplicity):
         :class:`BatchError` naming a deleted row that is not present."""
-        columns = [frame[c].to_numpy() for c in self.schema.columns]
-        fingerprints = TupleCounts.fingerprints(columns) if len(frame) else np.zeros(0, np.int64)
+        fingerprints = self.fingerprints(frame)
         unique, first, inverse = np.unique(fingerprints, return_index=True, return_inverse=True)
         inverse = inverse.ravel()
         net = np.bincount(inverse, weights=signs, minlength=unique.size).astype(np.int64)
@@ -68,6 +67,24 @@ class TableStore:
                     row,
                 )
         return TableChange(self.schema.name, frame, signs, unique, net, first)
+
+    def fingerprints(self, frame: pd.DataFrame) -> np.ndarray:
+        """A 64-bit key of every typed row (equal rows, equal keys).  A text column holds
+        only ``str`` values (``conform``: no NULLs, nothing else), so it enters as the 64-bit
+        hash of its strings (``pd.util.hash_array``, the hash the engine keys text by),
+        without the engine's per-value scan for numbers held in object columns, which took
+        most of a batch's delete check (5 text columns of lineitem: 2.3 of 2.5 ms per 1000
+        rows).  The keys are this store's own: only :meth:`prepare` and :meth:`commit`
+        compare them."""
+        if not len(frame):
+            return np.zeros(0, np.int64)
+        columns = [
+            pd.util.hash_array(frame[c].to_numpy(), categorize=False).view(np.int64)
+            if kind == "str"
+            else frame[c].to_numpy()
+            for c, kind in zip(self.schema.columns, self.schema.types, strict=True)
+        ]
+        return TupleCounts.fingerprints(columns)
 
     def current(self, fingerprints: np.ndarray) -> np.ndarray:
         """The multiplicity of each fingerprint (0 when absent)."""
