@@ -115,23 +115,48 @@ def _nullable(values: np.ndarray, null: np.ndarray | None, kind: str) -> np.ndar
 
 def _sorted(rows: np.ndarray, order_keys: list, frame: pd.DataFrame) -> np.ndarray:
     """``rows`` in ORDER BY order (NULLs last unless asked first); ties keep a fixed order
-    (by the output columns)."""
-    data = {}
-    ascending = []
-    for name, values, null, key in order_keys:
+    (by the output columns, NULLs last).
+
+    Each sort column becomes the codes of its sorted distinct values (``pd.factorize``,
+    missing values after all others), reversed for DESC, and one stable ``np.lexsort``
+    orders the rows: the order ``DataFrame.sort_values(kind="mergesort",
+    na_position="last")`` gives, without building a frame and a Categorical per column
+    (that took ~2 ms per read of a 600-group view, more than its maintenance)."""
+    codes = []
+    for _, values, null, key in order_keys:
         isnull = np.zeros(len(values), dtype=bool) if null is None else null
-        data[name + "n"] = isnull[rows]
-        ascending.append(not key.nulls_first)
-        data[name] = values[rows]
-        ascending.append(not key.descending)
-    for j, column in enumerate(frame.columns):
-        data[f"#t{j}"] = frame[column].to_numpy()[rows]
-        ascending.append(True)
-    table = pd.DataFrame(data)
-    order = table.sort_values(
-        list(table.columns), ascending=ascending, kind="mergesort", na_position="last"
-    ).index.to_numpy()
-    return rows[order]
+        codes.append(_sort_codes(isnull[rows], descending=key.nulls_first))
+        codes.append(_sort_codes(values[rows], descending=key.descending))
+    for column in frame.columns:
+        codes.append(_sort_codes(frame[column].to_numpy()[rows], descending=False))
+    if not codes or not len(rows):
+        return rows
+    return rows[np.lexsort(codes[::-1])]
+
+
+def _sort_codes(values: np.ndarray, descending: bool) -> np.ndarray:
+    """Keys that order ``values`` (reversed if ``descending``), missing values (NaN, NaT,
+    None) after all others: numbers, dates and booleans without missing values as they are
+    (``~`` reverses integers without overflow), anything else as the ranks of its sorted
+    distinct values."""
+    kind = values.dtype.kind
+    if kind in "Mm":
+        if not np.isnat(values).any():
+            ints = values.view(np.int64)
+            return ~ints if descending else ints
+    elif kind in "biu" and (kind != "u" or not len(values) or values.max() < 2**63):
+        ints = values.astype(np.int64) if kind == "u" else values
+        return ~ints if descending else ints
+    elif kind == "f" and not np.isnan(values).any():
+        return -values if descending else values
+    codes, uniques = pd.factorize(values, sort=True)
+    size = len(uniques)
+    missing = codes < 0
+    if descending:
+        codes = size - 1 - codes
+    if missing.any():
+        codes = np.where(missing, size, codes)
+    return codes
 
 
 def row_changes(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
