@@ -17,6 +17,7 @@ import numpy as np
 from .encoding import Dictionary
 from .plan import ViewSpec
 from .rings.base import Ring
+from .rings.scalar import checked_mul
 from .store import ViewStore, group_rows
 
 Member = tuple[ViewStore, tuple[str, ...]]  # a stored relation and the variables of its keys
@@ -210,24 +211,29 @@ def step(ctx: Context, view: ViewSpec, siblings: Sequence[Member], delta: Rows) 
         codes = {v: unique[:, j] for j, v in enumerate(view.keys)}
     else:
         groups, n_groups, codes = None, 1, {}
-    if delta.payload is None and not sibling_slots and view.lifted:
-        # leaf rows lifted and summed at once: rings skip the lifted rows where they can
-        columns = lift_columns(ctx, view.lifted, cols, values)
-        result = ring.batch_lift_sum_by(view.lifted, columns, groups, n_groups, mult)
+    factors = [store.take(slots) for store, slots in sibling_slots]
+    if delta.payload is None and view.lifted:
+        counts = [ring.batch_multiplicities(f) for f in factors]
+        if all(c is not None for c in counts):
+            # the rows and the siblings carry multiplicities only (a leaf's rows, stored base
+            # relations): lifted and summed at once, the multiplicities as weights
+            for c in counts:
+                mult = c if mult is None else checked_mul(mult, c, "a product of counts")
+            columns = lift_columns(ctx, view.lifted, cols, values)
+            result = ring.batch_lift_sum_by(view.lifted, columns, groups, n_groups, mult)
+            return Rows(codes, {}, result, None, group_sum(support, groups, n_groups))
+    factors += lift(ctx, view.lifted, cols, values)
+    if delta.payload is None:
+        if not factors:
+            factors = [ring.batch_ones(rows.size)]
+        if mult is not None:
+            factors[0] = ring.batch_scale(factors[0], mult)
     else:
-        factors = [store.take(slots) for store, slots in sibling_slots]
-        factors += lift(ctx, view.lifted, cols, values)
-        if delta.payload is None:
-            if not factors:
-                factors = [ring.batch_ones(rows.size)]
-            if mult is not None:
-                factors[0] = ring.batch_scale(factors[0], mult)
-        else:
-            factors.insert(0, delta.payload if identity else ring.batch_take(delta.payload, rows))
-        if groups is None:
-            result = ring.batch_mul_sum(factors)
-        else:
-            result = ring.batch_mul_sum(factors, groups, n_groups)
+        factors.insert(0, delta.payload if identity else ring.batch_take(delta.payload, rows))
+    if groups is None:
+        result = ring.batch_mul_sum(factors)
+    else:
+        result = ring.batch_mul_sum(factors, groups, n_groups)
     return Rows(codes, {}, result, None, group_sum(support, groups, n_groups))
 
 

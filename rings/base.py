@@ -277,6 +277,12 @@ class Ring(ABC, Generic[E, B]):
             return self.batch_mul_sum(factors)
         return self.batch_mul_sum(factors, groups, n_groups)
 
+    def batch_multiplicities(self, a: B) -> np.ndarray | None:
+        """Integers ``k`` with ``a[i] == k[i] · 1`` when every element of ``a`` is a multiple
+        of one (e.g. the payloads of a stored base relation, which lift nothing), else None;
+        the engine then folds them into the weights of :meth:`batch_lift_sum_by`."""
+        return None
+
     def lift_state(self) -> Any:
         """State that lifting may fix for good (e.g. covariance shifts), for
         :meth:`restore_lift_state` to reopen when an apply is rejected; None when none."""

@@ -52,6 +52,9 @@ __all__ = [
 
 Block = tuple[int, ...]
 
+#: Above this many rows summed into one payload, Σxxᵀ is one matrix product.
+_MATMUL_ROWS = 64
+
 
 def choose_shift(x: np.ndarray) -> float:
     """The shift a variable's first lifted batch fixes: the batch mean rounded to a multiple
@@ -528,6 +531,10 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
                 raise RingError(f"shift of {name!r} is already fixed at {current!r}")
             self._shifts[j] = value
             self._watch(abs(value))
+
+    def batch_multiplicities(self, a: CovarianceBatch) -> np.ndarray | None:
+        """The counts of a batch over no variable (``k · (1, 0, 0)``)."""
+        return a.count if not a.block else None
 
     def lift_state(self) -> np.ndarray:
         """The shifts (fixed by first lifts)."""
@@ -1367,6 +1374,8 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
                 raise RingError(f"lift_block_sum_by needs {n} integer weights")
             weights = weights.astype(np.int64, copy=False)
             _check_count_sums(weights, groups, n_groups)
+        if n_groups == 1 and n > _MATMUL_ROWS:  # one group: Σxxᵀ as one matrix product
+            return self._lift_sum_one(block, x, weights, out)
         if n > 1 and not (groups[1:] >= groups[:-1]).all():
             order = np.argsort(groups, kind="stable")
             groups, x = groups[order], x[:, order]
@@ -1391,6 +1400,22 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             products = np.add.reduceat(products, starts, axis=1)
         out.sums[keys] = x.T
         out.products[keys] = products.T
+        return out
+
+    def _lift_sum_one(
+        self, block: Block, x: np.ndarray, weights: np.ndarray | None, out: CovarianceBatch
+    ) -> CovarianceBatch:
+        """``Σ_i w_i · lift(x_i)`` of many shifted rows ``x`` (variables × rows) into one
+        payload, with BLAS: ``Σxxᵀ = (x w) xᵀ`` instead of a packed product per row."""
+        if weights is None:
+            out.count[0] = x.shape[1]
+            weighted = x
+        else:
+            out.count[0] = int(weights.sum())
+            weighted = x * weights.astype(np.float64)
+        out.sums[0] = weighted.sum(axis=1)
+        i, j = _triu(len(block))
+        out.products[0] = (weighted @ x.T)[i, j]
         return out
 
     # -------------------------------------------------------------- serialization

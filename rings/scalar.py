@@ -444,6 +444,10 @@ class IntegerRing(_NumericRing):
             return int(a.sum())
         return sum(a.tolist())  # exact Python ints: the scalar face is unbounded
 
+    def batch_multiplicities(self, a: np.ndarray) -> np.ndarray | None:
+        """Integers are multiples of one: the batch itself."""
+        return self._arr(a)
+
     def batch_scatter_add(self, target: np.ndarray, slots: np.ndarray, values: np.ndarray):
         target, values = self._arr(target), self._arr(values)
         slots = np.asarray(slots, dtype=np.int64)

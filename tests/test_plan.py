@@ -226,3 +226,21 @@ def test_groups_read_the_result_and_trusted_deletes_keep_counts():
     nu = Maintainer(Query({"R": ["A", "B"]}, IntegerRing(), free=["A", "B"]), tree="nu")
     with pytest.raises(SchemaError, match="enumerate"):
         nu.groups()
+
+
+def test_one_group_lift_sums_use_a_matrix_product_and_multiplicities_fold_into_weights():
+    rng = np.random.default_rng(8)
+    ring = CovarianceRing(["x", "y", "z"])
+    columns = [rng.normal(5.0, 2.0, 500) for _ in range(3)]
+    weights = rng.choice([-1, 1, 3], 500)
+    lifted = ring.batch_lift_block(["x", "y", "z"], np.column_stack(columns))
+    expected = ring.batch_sum(ring.batch_scale(lifted, weights))
+    got = ring.batch_to_list(ring.batch_lift_sum_by(["x", "y", "z"], columns, None, 1, weights))[0]
+    assert got.count == expected.count == int(weights.sum())
+    assert ring.equal(got, expected, rtol=1e-12, atol=1e-9)
+    # stored base relations hold multiples of one: their counts are the weights
+    counts = ring.batch_scale(ring.batch_ones(3), np.array([2, -1, 4]))
+    assert ring.batch_multiplicities(counts).tolist() == [2, -1, 4]
+    assert ring.batch_multiplicities(lifted) is None
+    assert IntegerRing().batch_multiplicities(np.array([3, 0])).tolist() == [3, 0]
+    assert RealRing(["x"]).batch_multiplicities(np.array([1.5])) is None
