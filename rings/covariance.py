@@ -872,12 +872,13 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         self._own(batch)
         index = np.asarray(index)
         index = np.flatnonzero(index) if index.dtype == bool else index.astype(np.intp)
-        count = batch.count[index]
-        sums = batch.sums[index]
-        products = batch.products[index]
+        # np.take gathers rows of a 2-d array several times faster than fancy indexing
+        count = np.take(batch.count, index)
+        sums = np.take(batch.sums, index, axis=0)
+        products = np.take(batch.products, index, axis=0)
         if batch.sums_lo is not None:
-            sums += batch.sums_lo[index]
-            products += batch.products_lo[index]
+            sums += np.take(batch.sums_lo, index, axis=0)
+            products += np.take(batch.products_lo, index, axis=0)
         return self._batch(batch.block, count, sums, products)
 
     def batch_concat(self, batches: Sequence[CovarianceBatch]) -> CovarianceBatch:
