@@ -68,7 +68,7 @@ class ViewStore:
         self.payload = ring.batch_accumulator(self.index.capacity, compensated)
         # exact number of derivations per slot (F-IVM Remark 1): a key exists while it is > 0
         self.support = np.zeros(self.index.capacity, dtype=np.int64)
-        self._secondary: dict[tuple[int, ...], tuple[KeyIndex, np.ndarray, np.ndarray]] = {}
+        self._secondary: dict[tuple[int, ...], PartialIndex] = {}
 
     def __len__(self) -> int:
         return len(self.index)
@@ -128,8 +128,11 @@ class ViewStore:
             self.payload = self.ring.batch_clear(self.payload, dead)
             self.support[dead] = 0
             self.index.remove(dead)
-        if new.any() or zero.any():
-            self._secondary.clear()
+        if self._secondary and (new.any() or zero.any()):
+            added, removed = slots[new & ~zero], int(zero.sum())
+            for partial in self._secondary.values():
+                partial.added(added)
+                partial.removed(removed)
 
     def _fit_capacity(self) -> None:
         """Grow the payloads and counts to the index's capacity."""
@@ -176,26 +179,98 @@ class ViewStore:
     def matches(
         self, positions: tuple[int, ...], probe: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Pairs (probe row, slot) with ``key[positions] == probe[row]`` (a secondary index)."""
-        if positions not in self._secondary:
-            slots = self.index.live_slots()
-            sub = self.index.keys[slots][:, list(positions)]
-            unique, groups = group_rows(sub)
-            sub_index = KeyIndex(len(positions), max(unique.shape[0], 4))
-            sub_ids, _ = sub_index.get_or_insert(unique)
-            row_group = sub_ids[groups]
-            order = np.argsort(row_group, kind="stable")
-            offsets = np.zeros(sub_index.capacity + 1, dtype=np.int64)
-            np.cumsum(np.bincount(row_group, minlength=sub_index.capacity), out=offsets[1:])
-            self._secondary[positions] = (sub_index, slots[order], offsets)
-        sub_index, ordered_slots, offsets = self._secondary[positions]
-        group = sub_index.lookup(probe)
-        present = group >= 0
-        rows = np.flatnonzero(present)
-        group = group[present]
-        start, stop = offsets[group], offsets[group + 1]
-        counts = stop - start
-        probe_rows = np.repeat(rows, counts)
-        run_start = np.repeat(start - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
-        slots = ordered_slots[np.arange(probe_rows.size) + run_start]
-        return probe_rows, slots
+        """Pairs (probe row, slot) with ``key[positions] == probe[row]`` (a secondary index,
+        kept up to date across additions: see :class:`PartialIndex`)."""
+        partial = self._secondary.get(positions)
+        if partial is None:
+            partial = self._secondary[positions] = PartialIndex(self.index, positions)
+        return partial.matches(probe)
+
+
+#: A secondary index is rebuilt once its pending and removed slots pass a quarter of its
+#: runs, but never for fewer than this many.
+REBUILD_MIN = 1024
+
+
+def _runs(sub: np.ndarray, slots: np.ndarray) -> tuple[KeyIndex, np.ndarray, np.ndarray]:
+    """Slots grouped by their sub-keys: an index of the distinct sub-keys, the slots in
+    group order and each group's offsets (a CSR layout)."""
+    unique, groups = group_rows(sub)
+    sub_index = KeyIndex(sub.shape[1], max(unique.shape[0], 4))
+    sub_ids, _ = sub_index.get_or_insert(unique)
+    row_group = sub_ids[groups]
+    order = np.argsort(row_group, kind="stable")
+    offsets = np.zeros(sub_index.capacity + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row_group, minlength=sub_index.capacity), out=offsets[1:])
+    return sub_index, slots[order], offsets
+
+
+def _expand(runs, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (probe row, slot) of the slots of every probe row's group."""
+    sub_index, ordered_slots, offsets = runs
+    group = sub_index.lookup(probe)
+    rows = np.flatnonzero(group >= 0)
+    group = group[rows]
+    start = offsets[group]
+    counts = offsets[group + 1] - start
+    probe_rows = np.repeat(rows, counts)
+    run_start = np.repeat(start - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+    return probe_rows, ordered_slots[np.arange(probe_rows.size) + run_start]
+
+
+class PartialIndex:
+    """A store's slots by part of their key, maintained incrementally.
+
+    Runs of slots per sub-key are built once from the live slots; slots added later are
+    kept as *pending* and matched directly.  A run's slot may have been removed since
+    (dropped: not live) or reused for another key (dropped: a reused slot is pending, and
+    pending slots are matched from the pending side only).  Once pending or removed slots
+    make up a quarter of the runs, the runs are rebuilt, so a join pays amortized time in
+    proportion to its probes and the change, not to the stored view.
+    """
+
+    def __init__(self, index: KeyIndex, positions: tuple[int, ...]) -> None:
+        self.index = index
+        self.positions = list(positions)
+        self._build()
+
+    def _build(self) -> None:
+        slots = self.index.live_slots()
+        self.runs = _runs(self.index.keys[slots][:, self.positions], slots)
+        self.built = slots.size
+        self.pending: list[np.ndarray] = []
+        self.is_pending = np.zeros(self.index.capacity, dtype=bool)
+        self.stale = 0
+
+    def added(self, slots: np.ndarray) -> None:
+        """Slots that got (new) keys."""
+        if slots.size:
+            if self.index.capacity > self.is_pending.size:
+                grown = np.zeros(self.index.capacity, dtype=bool)
+                grown[: self.is_pending.size] = self.is_pending
+                self.is_pending = grown
+            self.is_pending[slots] = True
+            self.pending.append(slots)
+
+    def removed(self, count: int) -> None:
+        self.stale += count
+
+    def matches(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        pending = sum(p.size for p in self.pending)
+        if 4 * (pending + self.stale) > max(self.built, REBUILD_MIN):
+            self._build()
+            pending = 0
+        rows, slots = _expand(self.runs, probe)
+        if pending or self.stale:  # drop removed slots, and reused ones (they are pending)
+            keep = self.index.live[slots] & ~self.is_pending[slots]
+            rows, slots = rows[keep], slots[keep]
+        if pending:
+            fresh = np.unique(np.concatenate(self.pending))
+            fresh = fresh[self.index.live[fresh] & self.is_pending[fresh]]
+            if fresh.size:
+                more_rows, more_slots = _expand(
+                    _runs(self.index.keys[fresh][:, self.positions], fresh), probe
+                )
+                rows = np.concatenate([rows, more_rows])
+                slots = np.concatenate([slots, more_slots])
+        return rows, slots

@@ -83,3 +83,60 @@ def test_groups_are_listed_once_after_the_index_moves(strategy, tree):
     groups = [key for key, _ in m.enumerate()]
     assert len(groups) == len(set(groups))
     assert dict(m.enumerate()) == {(5,): 2, (6,): 1, (-3,): 1, (70_000,): 1}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.tuples(st.integers(0, 4), st.integers(-3, 3)), max_size=30),
+            st.lists(st.integers(0, 40), max_size=10),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.lists(st.integers(0, 4), min_size=1, max_size=8),
+)
+def test_partial_key_matches_follow_additions_and_removals(steps, probes):
+    """A store's secondary index (entries by the first key column) is kept across additions
+    and removals (slots reused for other keys included) and always matches a dict, whether
+    it is rebuilt at every probe or only after many changes."""
+
+    from ringml import store as stores
+
+    for rebuild_min in (1, 10**9):
+        stores.REBUILD_MIN = rebuild_min
+        try:
+            _check_partial_matches(steps, probes)
+        finally:
+            stores.REBUILD_MIN = 1024
+
+
+def _check_partial_matches(steps, probes):
+    from ringml.rings.scalar import IntegerRing
+
+    from ringml.store import ViewStore
+
+    store = ViewStore(("a", "b"), IntegerRing())
+    present: dict[tuple[int, int], int] = {}
+    for inserts, deletes in steps:
+        keys = sorted(set(inserts))
+        if keys:
+            codes = np.asarray(keys, dtype=np.int64)
+            store.add(codes, np.ones(len(keys), dtype=np.int64), np.ones(len(keys), np.int64))
+            for k in keys:
+                present[k] = present.get(k, 0) + 1
+        gone = sorted({list(present)[i % len(present)] for i in deletes}) if present else []
+        if gone:
+            counts = np.asarray([present[k] for k in gone], dtype=np.int64)
+            store.add(np.asarray(gone, dtype=np.int64), -counts, -counts)
+            for k in gone:
+                del present[k]
+        probe = np.asarray(probes, dtype=np.int64)[:, None]
+        rows, slots = store.matches((0,), probe)
+        got = sorted(
+            (int(r), tuple(int(x) for x in store.index.keys[s]))
+            for r, s in zip(rows, slots, strict=True)
+        )
+        want = sorted((r, k) for r, a in enumerate(probes) for k in present if k[0] == a)
+        assert got == want
