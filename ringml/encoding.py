@@ -138,9 +138,20 @@ class Dictionary:
         # one index per kind of value (ints use direct addressing when dense), slot -> code
         self._indices: dict[int, tuple[KeyIndex, np.ndarray]] = {}
         self._size = 0
-        self._values: list[np.ndarray] = []
-        self._decoded: np.ndarray | None = None
-        self._numeric: np.ndarray | None = None
+        # values by code, and their numbers, in arrays that grow in place (amortized O(1)
+        # per new value: a batch adding codes must not copy what is known already)
+        self._store = np.empty(0, dtype=object)
+        self._numbers: np.ndarray | None = None  # int64 or float64, the first _counted codes
+        self._counted = 0
+
+    def __setstate__(self, state: dict) -> None:
+        if "_values" in state:  # pickled before the values grew in place
+            parts = state.pop("_values")
+            state["_store"] = np.concatenate(parts) if parts else np.empty(0, dtype=object)
+            state.pop("_decoded", None)
+            state.pop("_numeric", None)
+            state["_numbers"], state["_counted"] = None, 0
+        self.__dict__.update(state)
 
     def __len__(self) -> int:
         return self._size
@@ -201,34 +212,48 @@ class Dictionary:
                     slot_code = grown
                 slot_code[slots] = new_codes[rows]
                 self._indices[int(kind)] = (index, slot_code)
-            self._size += unique_keys.shape[0]
             positions = np.flatnonzero(unseen)[first]
-            self._values.append(_as_objects(stored[positions]))
-            self._decoded = self._numeric = None
+            self._append(_as_objects(stored[positions]))
             codes[unseen] = new_codes[inverse.ravel()]
         return codes
 
+    def _append(self, values: np.ndarray) -> None:
+        """Store the values of the next codes."""
+        end = self._size + values.size
+        if end > self._store.size:
+            grown = np.empty(max(end, 2 * self._store.size, 16), dtype=object)
+            grown[: self._size] = self._store[: self._size]
+            self._store = grown
+        self._store[self._size : end] = values
+        self._size = end
+
     @property
     def values(self) -> np.ndarray:
-        """All known values, indexed by code (an object array)."""
-        if self._decoded is None:
-            self._decoded = (
-                np.concatenate(self._values) if self._values else np.empty(0, dtype=object)
-            )
-        return self._decoded
+        """All known values, indexed by code (an object array; a view, do not modify)."""
+        return self._store[: self._size]
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
         """Values of ``codes``."""
         return self.values[np.asarray(codes, dtype=np.int64)]
 
     def numeric(self, codes: np.ndarray) -> np.ndarray:
-        """Values of ``codes`` as numbers (for lifting join variables): int64 when every value
-        is an integer (exact beyond 2**53), else float64 with NaN where not numeric."""
-        if self._numeric is None:
-            numeric = pd.to_numeric(pd.Series(self.values), errors="coerce")
-            self._numeric = (
-                numeric.to_numpy(dtype=np.int64)
-                if numeric.dtype.kind == "i"
-                else numeric.to_numpy(dtype=np.float64, na_value=np.nan)
-            )
-        return self._numeric[np.asarray(codes, dtype=np.int64)]
+        """Values of ``codes`` as numbers (for lifting join variables): int64 while every value
+        is an integer (exact beyond 2**53), else float64 with NaN where not numeric.  Only
+        the values coded since the last call are converted."""
+        if self._counted < self._size:
+            self._count_new()
+        return self._numbers[np.asarray(codes, dtype=np.int64)]
+
+    def _count_new(self) -> None:
+        new = pd.to_numeric(pd.Series(self._store[self._counted : self._size]), errors="coerce")
+        ints = new.dtype.kind == "i" and (self._numbers is None or self._numbers.dtype.kind == "i")
+        dtype = np.int64 if ints else np.float64
+        fresh = new.to_numpy(dtype=dtype) if ints else new.to_numpy(np.float64, na_value=np.nan)
+        numbers = self._numbers
+        if numbers is None or numbers.dtype != dtype or numbers.size < self._size:
+            grown = np.empty(max(self._size, 2 * (0 if numbers is None else numbers.size)), dtype)
+            if numbers is not None:
+                grown[: self._counted] = numbers[: self._counted]
+            numbers = grown
+        numbers[self._counted : self._size] = fresh
+        self._numbers, self._counted = numbers, self._size

@@ -140,3 +140,15 @@ def _check_partial_matches(steps, probes):
         )
         want = sorted((r, k) for r, a in enumerate(probes) for k in present if k[0] == a)
         assert got == want
+
+
+def test_dictionary_values_and_numbers_grow_in_place():
+    d = Dictionary("x")
+    for chunk in ([5, 1], [7, 5, 2**60 + 1], [3]):
+        d.encode(np.asarray(chunk, dtype=np.int64))
+        np.testing.assert_array_equal(d.numeric(np.arange(len(d))), d.values.astype(np.int64))
+    assert d.numeric(np.array([d.lookup(np.array([2**60 + 1]))[0]]))[0] == 2**60 + 1  # exact
+    d.encode(np.array([0.5]))  # a non-integer: the numbers become floats, values unchanged
+    assert d.numeric(np.arange(len(d))).dtype == np.float64
+    assert len(d) == 6 and {1, 3, 5, 7, 2**60 + 1, 0.5} == set(d.values.tolist())
+    np.testing.assert_array_equal(d.decode(d.encode(np.array([3, 7]))), [3, 7])
