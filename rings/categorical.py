@@ -222,27 +222,52 @@ class _Deferred:
         self.mkey, self.mval = mkey, mval
         self.pkey, self.pval = _EMPTY_I, _EMPTY_F
         self.zeros = 0
+        #: the row of every main-run entry, when known (tables made by a take)
+        self.rows: np.ndarray | None = None
 
     def pack(self, rows, entry, key1, key2) -> np.ndarray:
         return ((rows * self.e + entry) * self.k1 + key1) * self.k2 + key2
 
     def decode(self, key: np.ndarray) -> list[np.ndarray]:
+        if key is self.mkey and getattr(self, "rows", None) is not None:
+            rows = self.rows  # known row of every main entry (a taken table)
+            return [rows, *self.decode_local(key - rows * self.span)]
         re, rest = np.divmod(key, self.k1 * self.k2)
         key1, key2 = np.divmod(rest, self.k2)
         rows, entry = np.divmod(re, self.e)
         return [rows, entry, key1, key2]
+
+    def decode_local(self, local: np.ndarray) -> list[np.ndarray]:
+        """(entry, key1, key2) of keys within one row (``0 <= local < span``)."""
+        k1, k2 = self.k1, self.k2
+        if k1 & (k1 - 1) or k2 & (k2 - 1):  # not powers of two (never made so here)
+            rest, key2 = np.divmod(local, k2)
+            entry, key1 = np.divmod(rest, k1)
+            return [entry, key1, key2]
+        b2, b1 = k2.bit_length() - 1, k1.bit_length() - 1
+        return [local >> (b1 + b2), (local >> b2) & (k1 - 1), local & (k2 - 1)]
+
+    def row_starts(self, n: int) -> np.ndarray:
+        """Where each of rows ``0 .. n`` starts in the main run (cached until the main
+        run is replaced; values changed in place keep it valid)."""
+        ptr = getattr(self, "_ptr", None)
+        if ptr is None or getattr(self, "_ptr_of", None) is not self.mkey or len(ptr) != n + 1:
+            ptr = np.searchsorted(self.mkey, np.arange(n + 1, dtype=np.int64) * self.span)
+            self._ptr, self._ptr_of = ptr, self.mkey
+        return ptr
 
     def settle(self) -> None:
         if len(self.pkey):
             self.mkey, self.mval = _merge_runs(
                 [self.mkey, self.mval], [self.pkey, self.pval], self.mkey, self.pkey
             )
+            self.rows = None
             self.pkey, self.pval = _EMPTY_I, _EMPTY_F
-            self.zeros = max(self.zeros, 1)  # the pending run's zeros are dropped too
         if self.zeros:
             keep = self.mval != 0
             self.mkey, self.mval = self.mkey[keep], self.mval[keep]
             self.zeros = 0
+            self.rows = None
 
 
 def _merge_runs(
@@ -277,8 +302,71 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.nda
         return _EMPTY_I, _EMPTY_I
     owner = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
     first = np.cumsum(lengths) - lengths
-    pos = np.arange(total, dtype=np.int64) - first[owner] + np.asarray(starts, np.int64)[owner]
+    pos = np.arange(total, dtype=np.int64)
+    pos += np.repeat(np.asarray(starts, np.int64) - first, lengths)
     return owner, pos
+
+
+def _distinct(slots: np.ndarray, n: int) -> bool:
+    """Whether ``slots`` (in ``[0, n)``) are pairwise distinct."""
+    if len(slots) < 2:
+        return True
+    if n <= 64 * len(slots):
+        seen = np.zeros(n, dtype=bool)
+        seen[slots] = True
+        return int(np.count_nonzero(seen)) == len(slots)
+    return len(np.unique(slots)) == len(slots)
+
+
+def _stable_argsort(key: np.ndarray) -> np.ndarray:
+    """``np.argsort(key, kind="stable")`` of non-negative int64 keys; keys below 2**32 are
+    sorted by numpy's radix sort in 16-bit digits (least significant first), several
+    times faster than its merge sort on int64."""
+    top = int(key.max()) if len(key) else 0
+    if top < 1 << 16:
+        return np.argsort(key.astype(np.uint16), kind="stable")
+    if top < 1 << 32:
+        order = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
+        high = (key >> 16).astype(np.uint16)[order]
+        return order[np.argsort(high, kind="stable")]
+    return np.argsort(key, kind="stable")
+
+
+def _pow2(k: int) -> bool:
+    return k > 0 and not k & (k - 1)
+
+
+class _Table:
+    """A sparse table, row-major: rows, keys ``(entry * k1 + key1) * k2 + key2`` within a
+    row (``k1``, ``k2`` powers of two; ``span`` = entries * k1 * k2 bounds them), values."""
+
+    __slots__ = ("rows", "local", "value", "k1", "k2", "b2", "shift", "span")
+
+    def __init__(self, rows, local, value, k1: int, k2: int, n_entries: int) -> None:
+        self.rows, self.local, self.value, self.k1, self.k2 = rows, local, value, k1, k2
+        self.b2 = k2.bit_length() - 1
+        self.shift = self.b2 + k1.bit_length() - 1  # local >> shift is the entry id
+        self.span = n_entries * k1 * k2
+
+
+def _sum_runs(key: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sum of the nonzero values per run of equal keys (``key`` grouped: equal keys are
+    adjacent), by ``np.add.reduceat`` as :meth:`GeneralizedCovarianceRing._coalesce` sums
+    them; zero sums dropped."""
+    if not value.all():
+        live = value != 0
+        key, value = key[live], value[live]
+    if len(key) > 1:
+        new = np.empty(len(key), dtype=bool)
+        new[0] = True
+        np.not_equal(key[1:], key[:-1], out=new[1:])
+        if not new.all():
+            starts = np.flatnonzero(new)
+            key, value = key[starts], np.add.reduceat(value, starts)
+            if not value.all():
+                live = value != 0
+                key, value = key[live], value[live]
+    return key, value
 
 
 def _scatter_rows(x: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
@@ -1277,36 +1365,51 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         )
 
     def _take_deferred(self, batch: GCBatch, d: _Deferred, idx: np.ndarray) -> GCBatch:
-        """:meth:`batch_take` from a deferred table: the rows' ranges of both runs, zeros
-        dropped, the two parts merged per taken row (their keys are disjoint)."""
+        """:meth:`batch_take` from a deferred table: the taken rows' ranges of both runs
+        (the main run's from its cached row starts), re-keyed to the new rows.  The result
+        keeps the deferred form (its main and pending runs, zeros and all), so a taken
+        table is neither merged, filtered nor decoded until someone reads it."""
+        m = len(idx)
+        ptr = d.row_starts(len(batch))
+        out = self._make(batch.count[idx], *self._take_dense(batch, idx), coalesce=False)
         parts = []
-        for run_key, run_value in ((d.mkey, d.mval), (d.pkey, d.pval)):
-            lo = np.searchsorted(run_key, idx * d.span)
-            owner, pos = _ranges(lo, np.searchsorted(run_key, (idx + 1) * d.span) - lo)
-            if d.zeros:
-                keep = run_value[pos] != 0
-                owner, pos = owner[keep], pos[keep]
-            parts.append((owner, run_key[pos] % d.span, run_value[pos]))
-        if len(parts[1][0]):  # pending entries: put each taken row's entries in key order
-            owner, local, value = (np.concatenate(c) for c in zip(*parts, strict=True))
-            if len(idx) * d.span < 2**63:
-                order = np.argsort(owner * d.span + local, kind="stable")
-            else:
-                order = np.lexsort((local, owner))
+        for run_key, run_value, lo, hi in (
+            (d.mkey, d.mval, ptr[idx], ptr[idx + 1]),
+            (d.pkey, d.pval, None, None),
+        ):
+            if lo is None:
+                if not len(run_key):
+                    parts.append((_EMPTY_I, _EMPTY_I, _EMPTY_F))
+                    continue
+                lo = np.searchsorted(run_key, idx * d.span)
+                hi = np.searchsorted(run_key, (idx + 1) * d.span)
+            owner, pos = _ranges(lo, hi - lo)
+            parts.append((owner, pos, run_value[pos]))
+        zeros = 0
+        if d.zeros:
+            zeros = sum(int(np.count_nonzero(v == 0)) for _, _, v in parts)
+        if m * d.span >= 2**63:  # keys of m rows do not fit in 63 bits: plain columns
+            columns = []
+            for (owner, pos, value), run_key in zip(parts, (d.mkey, d.pkey), strict=True):
+                keep = value != 0
+                owner, pos, value = owner[keep], pos[keep], value[keep]
+                columns.append((owner, run_key[pos] - idx[owner] * d.span, value))
+            owner, local, value = (np.concatenate(c) for c in zip(*columns, strict=True))
+            order = np.lexsort((local, owner))
             owner, local, value = owner[order], local[order], value[order]
-        else:
-            owner, local, value = parts[0]
-        _, entry, key1, key2 = d.decode(local)
-        return self._make(
-            batch.count[idx],
-            *self._take_dense(batch, idx),
-            owner,
-            entry,
-            key1,
-            key2,
-            value,
-            coalesce=False,
-        )
+            entry, key1, key2 = d.decode_local(local)
+            out.rows, out.entry, out.key1, out.key2, out.value = owner, entry, key1, key2, value
+            return out
+        # key - moved[owner] re-keys an entry of row idx[owner] to row owner
+        moved = (idx - np.arange(m, dtype=np.int64)) * d.span
+        (mo, mp, mv), (po, pp, pv) = parts
+        taken = _Deferred(d.e, d.k1, d.k2, d.mkey[mp] - moved[mo], mv)
+        taken.rows = mo
+        if len(po):
+            taken.pkey, taken.pval = d.pkey[pp] - moved[po], pv
+        taken.zeros = zeros
+        out._deferred = taken
+        return out
 
     @staticmethod
     def _take_dense(batch: GCBatch, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1500,6 +1603,374 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             a.value,
         )
 
+    def batch_mul_sum(
+        self, factors: Sequence[GCBatch], groups: np.ndarray | None = None, n_groups: int = 1
+    ) -> GCBatch:
+        """``sum_by(f_1 * ... * f_k, groups)``.  When the factors hold disjoint variables (as
+        the siblings of an F-IVM view always do) the product is not built factor by factor
+        with a sort of the growing table after every step: :meth:`_fused_mul_sum` computes
+        every entry of every row with the same floating-point operations in the same order
+        as the stepwise products, then sorts and sums the entries once, so the result is
+        the same bit for bit."""
+        factors = list(factors)
+        if len(factors) > 1:
+            out = self._fused_mul_sum(factors, groups, n_groups)
+            if out is not None:
+                return out
+        return super().batch_mul_sum(factors, groups, n_groups)
+
+    def _factor_table(self, f: GCBatch) -> _Table | None:
+        """A factor's sparse table, row-major, as keys ``(entry * K1 + key1) * K2 + key2``
+        in powers of two ``K1``/``K2``: a taken deferred table as it is (no decoding), a
+        plain one packed; None when empty, ValueError when a code is negative."""
+        d = f._deferred
+        if d is not None and _pow2(d.k1) and _pow2(d.k2):
+            d.settle()  # pending entries merged, zeros dropped (the same table)
+            if not len(d.mkey):
+                return None
+            rows = d.rows if d.rows is not None else d.mkey // d.span
+            return _Table(rows, d.mkey - rows * d.span, d.mval, d.k1, d.k2, d.e)
+        if not f.nnz:
+            return None
+        key1, key2 = f.key1, f.key2
+        if min(int(key1.min()), int(key2.min())) < 0:
+            raise ValueError("negative category code")
+        k = 1 << max(max(int(key1.max()), int(key2.max())).bit_length(), 1)
+        return _Table(f.rows, (f.entry * k + key1) * k + key2, f.value, k, k, self.n_entries)
+
+    def _owned_variables(self, f: GCBatch, table: _Table | None) -> tuple[np.ndarray, np.ndarray]:
+        """(continuous, categorical) boolean masks of the variables a plain batch touches:
+        a nonzero dense sum or product, or a sparse entry over it."""
+        p, q = self._p, self._q
+        cont = f.sums.any(axis=0) if len(f) else np.zeros(p, dtype=bool)
+        if self._packed and len(f):
+            touched = f.prods.any(axis=0)
+            cont[self._iu[touched]] = True
+            cont[self._ju[touched]] = True
+        cat = np.zeros(q, dtype=bool)
+        if table is not None:
+            entries = table.local >> table.shift
+            present = np.flatnonzero(np.bincount(entries, minlength=self.n_entries))
+            gi, gj = self._gi[present], self._gj[present]
+            cat[gj - p] = True
+            is_cat = gi >= p
+            cat[gi[is_cat] - p] = True
+            cont[gi[~is_cat]] = True
+        return cont, cat
+
+    def _fused_mul_sum(
+        self, factors: list[GCBatch], groups: np.ndarray | None, n_groups: int
+    ) -> GCBatch | None:
+        """:meth:`batch_mul_sum` of factors over pairwise disjoint variables, or None (the
+        caller multiplies step by step) when they share one, when the result is not finite
+        or when codes do not pack into one 63-bit key.
+
+        ``reduce(batch_mul, factors)`` multiplies the running product ``A`` by ``f_w``: ``A``'s
+        terms are scaled by ``c_w``, ``f_w``'s by ``A``'s count, and the cross terms ``s_A
+        s_w^T + s_w s_A^T`` are born.  With disjoint variables every dense coordinate and
+        every sparse key of a row gets exactly one nonzero term (the others are products
+        with zeros), so each term is followed from its birth through the same sequence of
+        multiplications, block by block: the continuous products per factor and per pair of
+        factors, each factor's sparse entries, ``SUM(X_i) GROUP BY X_j`` born at a step,
+        the category pairs born at a step.  A block keeps its terms in key order (rows
+        ascending within a key), as the stepwise product's final stable sort would put them,
+        and is summed on its own with the same ``reduceat`` (zeros dropped first: a term
+        that became zero stays zero when multiplied by finite counts); the dense part is
+        summed with :meth:`batch_sum_by`'s bincount.  A non-finite term would make its
+        sum non-finite, and only then can the stepwise product's products with zeros
+        differ: such results are left to it.  Category pairs whose terms are all integers
+        below 2**53 are summed as one small matrix product (exact, so in any order)."""
+        for f in factors:
+            self._check_batch(f)
+        n = len(factors[0])
+        if any(len(f) != n for f in factors):
+            return None
+        if groups is not None:
+            groups = np.asarray(groups)
+            if groups.shape != (n,):
+                return None
+            groups = groups.astype(np.int64, copy=False)
+            if n and (groups.min() < 0 or groups.max() >= n_groups):
+                return None
+        else:
+            n_groups = 1
+        fs = [self._fold(f) for f in factors]
+        p, q = self._p, self._q
+        try:
+            raw_tables = [self._factor_table(f) for f in fs]
+        except ValueError:
+            return None
+        cont_owner = np.zeros(p, dtype=bool)
+        cat_owner = np.zeros(q, dtype=bool)
+        owned: list[np.ndarray] = []
+        own_pos: list[np.ndarray] = []
+        width = 1
+        for f, tb in zip(fs, raw_tables, strict=True):
+            cont, cat = self._owned_variables(f, tb)
+            if (cont_owner & cont).any() or (cat_owner & cat).any():
+                return None
+            cont_owner |= cont
+            cat_owner |= cat
+            owned.append(np.flatnonzero(cont))
+            own_pos.append(np.flatnonzero(cont[self._iu] & cont[self._ju]))
+            if tb is not None:
+                width = max(width, tb.k1, tb.k2)
+        # result keys: group * span + (entry * width + key1) * width + key2
+        span = self.n_entries * width * width
+        if n_groups * span >= 2**63 or any(
+            tb is not None and n_groups * tb.span >= 2**63 for tb in raw_tables
+        ):
+            return None
+        ww = width * width
+
+        # terms by block, with the step that bore them: [step, positions, (n, m) values],
+        # [step, rows, key, values, table] (key-grouped; table: the packing of key, None
+        # for result keys), [step, s rows, s keys, columns, (m, ns)]
+        dense: list[list] = []
+        tables: list[list] = []
+        cross: list[list] = []
+        reduced: list[tuple[np.ndarray, np.ndarray]] = []  # (result keys, sums) done
+        sums: list[np.ndarray] = []  # per factor, its running continuous sums
+        a_rows, a_key, a_val = _EMPTY_I, _EMPTY_I, _EMPTY_F  # A's s_j entries, running
+        count = fs[0].count
+        for w, f in enumerate(fs):
+            mine = owned[w]
+            raw = f.sums[:, mine]
+            tb = raw_tables[w]
+            s_rows, s_key, s_val = _EMPTY_I, _EMPTY_I, _EMPTY_F
+            table = None
+            if tb is not None:
+                key = tb.local
+                if groups is not None:
+                    key = key + groups[tb.rows] * tb.span
+                order = _stable_argsort(key)
+                table = [tb.rows[order], key[order], tb.value[order]]
+                local = table[1] % tb.span if groups is not None else table[1]
+                is_s = local < q * tb.k1 * tb.k2
+                if is_s.any():  # f_w's s_j entries in key order, keyed as results
+                    s_rows, s_val = table[0][is_s], table[2][is_s]
+                    local = local[is_s]
+                    s_key = ((local >> tb.shift) * width + ((local >> tb.b2) & (tb.k1 - 1))) * width
+                    if groups is not None:
+                        s_key += groups[s_rows] * span
+            if w == 0:
+                sums.append(raw)
+                if len(own_pos[0]):
+                    dense.append([0, own_pos[0], f.prods[:, own_pos[0]]])
+                if table is not None:
+                    tables.append([0, *table, tb])
+                a_rows, a_key, a_val = s_rows, s_key, s_val
+                continue
+            ca, cb = count, f.count
+            if len(mine):
+                for t in range(w):  # continuous s_t s_w^T
+                    if len(owned[t]):
+                        at = self._pack_pos[owned[t][:, None], mine[None, :]].ravel()
+                        cross_sums = sums[t][:, :, None] * raw[:, None, :]
+                        dense.append([w, at, cross_sums.reshape(n, -1)])
+                if len(a_rows):  # SUM(X_i) GROUP BY X_j: A's s_j times f_w's sums
+                    m = np.take(np.ascontiguousarray(raw.T), a_rows, axis=1)
+                    cross.append([w, a_rows, a_key, mine, np.multiply(m, a_val, out=m)])
+            if len(s_rows):
+                earlier = np.concatenate(owned[:w])
+                if len(earlier):  # f_w's s_j times A's running sums
+                    cols = np.ascontiguousarray(np.concatenate(sums, axis=1).T)
+                    m = np.take(cols, s_rows, axis=1)
+                    cross.append([w, s_rows, s_key, earlier, np.multiply(m, s_val, out=m)])
+                if len(a_rows):  # category pairs of a row: A's s_j times f_w's s_k
+                    summed = None
+                    if groups is None:
+                        later = [g.count for g in fs[w + 1 :]]
+                        summed = self._pairs_exact(
+                            a_key, a_rows, a_val, s_rows, s_key, s_val, later, n, width
+                        )
+                    if summed is not None:
+                        reduced.append(summed)
+                    else:
+                        pairs = self._pair_block(a_rows, a_key, a_val, tb, n, width, span, groups)
+                        if pairs is not None:
+                            tables.append([w, *pairs, None])
+            # the running state moves to A * f_w
+            sums = [cb[:, None] * s for s in sums] + [ca[:, None] * raw]
+            a_val = a_val * cb[a_rows]
+            s_val = s_val * ca[s_rows]
+            a_rows, a_key, a_val = (
+                np.concatenate(c) for c in ((a_rows, s_rows), (a_key, s_key), (a_val, s_val))
+            )
+            if not a_val.all():  # s_j entries that became zero leave the product
+                live = a_val != 0
+                a_rows, a_key, a_val = a_rows[live], a_key[live], a_val[live]
+            if len(own_pos[w]):
+                dense.append([w, own_pos[w], ca[:, None] * f.prods[:, own_pos[w]]])
+            if table is not None:
+                table[2] = table[2] * ca[table[0]]
+                tables.append([w, *table, tb])
+            count = ca * cb
+
+        # every term scaled by the counts of the factors after its birth, in order
+        k = len(fs)
+        for block in dense:
+            v = block[2]
+            for w in range(block[0] + 1, k):
+                np.multiply(v, fs[w].count[:, None], out=v)
+        for block in tables:
+            rows, v = block[1], block[3]
+            for w in range(block[0] + 1, k):
+                np.multiply(v, fs[w].count[rows], out=v)
+        for block in cross:
+            rows, v = block[1], block[4]
+            for w in range(block[0] + 1, k):
+                np.multiply(v, fs[w].count[rows], out=v)
+
+        # dense part summed per group as batch_sum_by does (per column, rows in order)
+        g_rows = groups if groups is not None else np.zeros(n, dtype=np.int64)
+        out_count = _scatter_rows(count, g_rows, n_groups)
+        out_sums = np.zeros((n_groups, p))
+        for mine, s in zip(owned, sums, strict=True):
+            if len(mine):
+                out_sums[:, mine] = _scatter_rows(s, g_rows, n_groups)
+        out_prods = np.zeros((n_groups, self._packed))
+        for _, at, v in dense:
+            out_prods[:, at] = _scatter_rows(v, g_rows, n_groups)
+        if not (
+            math.isfinite(out_count.sum())
+            and math.isfinite(out_sums.sum())
+            and math.isfinite(out_prods.sum())
+        ):
+            return None
+
+        # sparse part: every block summed per key, then the blocks' keys merged
+        keys: list[np.ndarray] = [key for key, _ in reduced]
+        values: list[np.ndarray] = [v for _, v in reduced]
+        for _, _, key, v, tb in tables:
+            key, v = _sum_runs(key, v)
+            if tb is not None:  # the factor's packing -> result keys
+                g, local = np.divmod(key, tb.span)
+                key = g * span + (
+                    ((local >> tb.shift) * width + ((local >> tb.b2) & (tb.k1 - 1))) * width
+                    + (local & (tb.k2 - 1))
+                )
+            keys.append(key)
+            values.append(v)
+        for _, _, s_key, cols, m in cross:
+            key, v = self._sum_cross(s_key, cols, m, span, width)
+            keys.append(key)
+            values.append(v)
+        key = np.concatenate(keys) if keys else _EMPTY_I
+        if not len(key):
+            return self._make(out_count, out_sums, out_prods, coalesce=False)
+        value = np.concatenate(values)
+        if not math.isfinite(value.sum()):
+            return None
+        order = np.argsort(key, kind="stable")
+        key, value = key[order], value[order]
+        g, rest = np.divmod(key, span)
+        entry, rest = np.divmod(rest, ww)
+        key1, key2 = np.divmod(rest, width)
+        return self._make(
+            out_count, out_sums, out_prods, g, entry, key1, key2, value, coalesce=False
+        )
+
+    def _sum_cross(self, s_key, cols, m, span: int, width: int):
+        """Sums of ``SUM(X_i) GROUP BY X_j`` terms ``m[c, s]`` (continuous ``cols[c]``, s_j
+        entry ``s`` with packed key ``s_key[s]``, equal keys adjacent, rows ascending) per
+        (column, s_j key): packed keys and nonzero sums, zero terms dropped first."""
+        ns = len(s_key)
+        n_cols = len(cols)
+        run = np.empty(ns, dtype=bool)
+        run[0] = True
+        np.not_equal(s_key[1:], s_key[:-1], out=run[1:])
+        starts = np.flatnonzero(run)  # runs of one s_j key, the same in every column
+        n_runs = len(starts)
+        flat = m.ravel()
+        bounds = (np.arange(n_cols, dtype=np.int64)[:, None] * ns + starts).ravel()
+        live = flat != 0
+        if not live.all():  # where each run starts among the nonzero terms
+            counts = np.add.reduceat(live, bounds, dtype=np.int64)
+            flat = flat[live]
+            index = np.flatnonzero(counts)
+            bounds = (np.cumsum(counts) - counts)[index]
+        else:
+            index = np.arange(len(bounds), dtype=np.int64)
+        if not len(flat):
+            return _EMPTY_I, _EMPTY_F
+        sums = np.add.reduceat(flat, bounds)
+        nz = sums != 0
+        if not nz.all():
+            sums, index = sums[nz], index[nz]
+        c, r = np.divmod(index, n_runs)
+        first = s_key[starts[r]]
+        g, rest = np.divmod(first, span)
+        j, rest = np.divmod(rest, width * width)
+        code = rest // width
+        key = g * span + ((self._off_x + cols[c] * self._q + j) * width + code) * width
+        return key, sums
+
+    def _pairs_exact(self, a_key, a_rows, a_val, s_rows, s_key, s_val, later, n, width):
+        """Category pairs ``s_A[j] ⊗ s_w[k]`` of the same row, times the counts of the
+        factors after ``f_w`` (``later``), summed over all rows as one product of two small
+        dense matrices (rows x A's s_j keys, rows x f_w's s_k keys); (packed keys, sums), or
+        None unless every term and partial sum is an integer below 2**53, where any order
+        of the additions gives the same exact sums as the stepwise product's."""
+        scale = np.ones(n)
+        for c in later:
+            scale = scale * c
+        top = float(np.abs(scale).max()) if n else 0.0
+        a_top, s_top = float(np.abs(a_val).max()), float(np.abs(s_val).max())
+        if top * a_top * s_top * n >= 2.0**53:
+            return None
+        for x in [a_val, s_val, scale]:
+            if not np.array_equal(np.rint(x), x):
+                return None
+        ids = []
+        for key in (a_key, s_key):
+            run = np.empty(len(key), dtype=bool)
+            run[0] = True
+            np.not_equal(key[1:], key[:-1], out=run[1:])
+            ids.append((np.cumsum(run) - 1, key[run]))
+        (a_id, a_first), (s_id, s_first) = ids
+        left = np.zeros((n, len(a_first)))
+        left[a_rows, a_id] = a_val
+        right = np.zeros((n, len(s_first)))
+        right[s_rows, s_id] = s_val * scale[s_rows]
+        total = left.T @ right
+        ia, isw = np.nonzero(total)
+        if not len(ia):
+            return _EMPTY_I, _EMPTY_F
+        ww = width * width
+        ju, xu = np.divmod(a_first[ia], ww)
+        jw, xw = np.divmod(s_first[isw], ww)
+        xu //= width
+        xw //= width
+        first = ju < jw
+        key = (self._pair_id[ju, jw] * width + np.where(first, xu, xw)) * width
+        key += np.where(first, xw, xu)
+        return key, total[ia, isw]
+
+    def _pair_block(self, a_rows, a_key, a_val, tb: _Table, n, width, span, groups):
+        """Category pairs ``s_A[j] ⊗ s_w[k]`` of the same row, ``A``'s s_j entries key-grouped
+        (rows ascending within a key), ``f_w``'s from its row-major table ``tb``: a table
+        [rows, result key, value] sorted by key (the pairs of one key come in row order),
+        or None."""
+        is_s = tb.local < self._q * tb.k1 * tb.k2
+        w_rows, local, w_val = tb.rows[is_s], tb.local[is_s], tb.value[is_s]
+        ptr = np.searchsorted(w_rows, np.arange(n + 1, dtype=np.int64))
+        owner, at = _ranges(ptr[a_rows], ptr[a_rows + 1] - ptr[a_rows])
+        if not len(owner):
+            return None
+        ju, xu = np.divmod(a_key[owner] % span, width * width)
+        xu //= width
+        jw = local[at] >> tb.shift
+        xw = (local[at] >> tb.b2) & (tb.k1 - 1)
+        first = ju < jw
+        key = (self._pair_id[ju, jw] * width + np.where(first, xu, xw)) * width
+        key += np.where(first, xw, xu)
+        rows = a_rows[owner]
+        if groups is not None:
+            key += groups[rows] * span
+        order = _stable_argsort(key)
+        return [rows[order], key[order], (a_val[owner] * w_val[at])[order]]
+
     def batch_scatter_add(self, target: GCBatch, slots: np.ndarray, values: GCBatch) -> GCBatch:
         """``target[slots] += values`` in place: dense rows added, sparse tables merged.
 
@@ -1517,7 +1988,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         if len(slots) and (slots.min() < 0 or slots.max() >= n):
             raise RingError(f"batch_scatter_add: slots must lie in [0, {n})")
         self._check_overflow(values)  # before any change: the target stays as it was
-        if len(np.unique(slots)) != len(slots):
+        if not _distinct(slots, n):
             # repeated slots: fall back to scatter-add by sum_by
             values = self.batch_sum_by(values, slots, n)
             slots = np.arange(n, dtype=np.int64)
