@@ -120,6 +120,12 @@ class GCBatch:
     Accumulators (:meth:`GeneralizedCovarianceRing.batch_accumulator`) also carry
     ``sums_lo``/``prods_lo``, the TwoSum compensation of ``sums``/``prods`` (the value is
     ``hi + lo``); other batches have None there.
+
+    Accumulators (and the batches taken from them) also hold their continuous products in
+    a compact form: only the packed columns in ``pcols`` are stored (a view over a few
+    continuous variables keeps a few of the ``p(p+1)/2`` columns), every other column is
+    zero.  Reading or assigning ``prods``/``prods_lo`` first turns them into the full
+    arrays (for good).
     """
 
     def __init__(
@@ -139,8 +145,10 @@ class GCBatch:
     ) -> None:
         self.count = count
         self.sums = sums
-        self.prods = prods
-        self.sums_lo, self.prods_lo = sums_lo, prods_lo
+        self._prods, self._prods_lo = prods, prods_lo
+        #: packed positions of the columns ``_prods`` holds (compact form), or None (full)
+        self.pcols: np.ndarray | None = None
+        self.sums_lo = sums_lo
         self._rows, self._entry, self._key1, self._key2 = rows, entry, key1, key2
         self._value = value
         self.config = config
@@ -160,8 +168,50 @@ class GCBatch:
                 state["_" + name] = state.pop(name)
         state.setdefault("_deferred", None)
         state.setdefault("sums_lo", None)  # batches pickled before compensation
-        state.setdefault("prods_lo", None)
+        for name in ("prods", "prods_lo"):  # pickled before the compact form
+            if name in state:
+                state["_" + name] = state.pop(name)
+        state.setdefault("_prods_lo", None)
+        state.setdefault("pcols", None)
         self.__dict__.update(state)
+
+    def _full(self) -> None:
+        """Turn compact continuous products into the full arrays."""
+        if self.pcols is None:
+            return
+        width = self._width
+        for name in ("_prods", "_prods_lo"):
+            part = getattr(self, name)
+            if part is not None:
+                full = np.zeros((len(part), width))
+                full[:, self.pcols] = part
+                setattr(self, name, full)
+        self.pcols = None
+
+    @property
+    def prods(self) -> np.ndarray:
+        self._full()
+        return self._prods
+
+    @prods.setter
+    def prods(self, array: np.ndarray) -> None:
+        self._full()
+        self._prods = array
+
+    @property
+    def prods_lo(self) -> np.ndarray | None:
+        self._full()
+        return self._prods_lo
+
+    @prods_lo.setter
+    def prods_lo(self, array: np.ndarray | None) -> None:
+        self._full()
+        self._prods_lo = array
+
+    def _compact(self, cols: np.ndarray, hi: np.ndarray, lo: np.ndarray | None, width: int):
+        """Hold the products as the columns ``cols`` (``hi``, ``lo``) of ``width``."""
+        self._prods, self._prods_lo, self.pcols, self._width = hi, lo, cols, width
+        return self
 
     def _plain(self) -> None:
         """Turn a deferred table back into the five plain arrays."""
@@ -1230,17 +1280,78 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
     def batch_accumulator(self, n: int, compensated: bool = True) -> GCBatch:
         """A zero batch to accumulate into, with TwoSum compensation of the dense continuous
         part when the ring is ``compensated`` and ``compensated`` is not False."""
-        b = self.batch_zeros(n)
+        b = self._make(np.zeros(n), np.zeros((n, self._p)), np.zeros((n, 0)), coalesce=False)
+        lo = None
         if self.compensated and compensated:
-            b.sums_lo, b.prods_lo = np.zeros_like(b.sums), np.zeros_like(b.prods)
-        return b
+            b.sums_lo, lo = np.zeros_like(b.sums), np.zeros((n, 0))
+        return b._compact(_EMPTY_I, b._prods, lo, self._packed)  # no product column yet
 
     def _fold(self, a: GCBatch) -> GCBatch:
-        """A plain batch with the compensation folded in (``hi + lo``); ``a`` itself when it
-        has none (operations other than take/scatter-add/clear/resize read accumulators so)."""
-        if a.sums_lo is None:
+        """A plain batch with the compensation folded in (``hi + lo``) and full products;
+        ``a`` itself when it is one (operations other than take/scatter-add/clear/resize
+        read accumulators so)."""
+        if a.sums_lo is None and a.pcols is None:
             return a
-        return self.batch_take(a, np.arange(len(a)))
+        out = self.batch_take(a, np.arange(len(a)))
+        out._full()
+        return out
+
+    def _folded(self, a: GCBatch) -> GCBatch:
+        """``a`` with its compensation folded in (compact products stay compact)."""
+        return a if a.sums_lo is None else self.batch_take(a, np.arange(len(a)))
+
+    @staticmethod
+    def _product_columns(a: GCBatch, cols: np.ndarray) -> np.ndarray:
+        """``a.prods[:, cols]`` (a copy), compact or not (``cols`` among the held ones)."""
+        if a.pcols is None:
+            return a._prods[:, cols]
+        return a._prods[:, np.searchsorted(a.pcols, cols)]
+
+    @staticmethod
+    def _held_products(a: GCBatch) -> tuple[np.ndarray, np.ndarray]:
+        """(packed positions, values) of the product columns ``a`` may hold nonzero: the
+        compact form's columns, or a full batch's columns with a nonzero (or NaN) value."""
+        if a.pcols is not None:
+            return a.pcols, a._prods
+        live = np.flatnonzero(a._prods.any(axis=0)) if len(a) else _EMPTY_I
+        if len(live) == a._prods.shape[1]:
+            return live, a._prods
+        return live, a._prods[:, live]
+
+    @staticmethod
+    def _full_products(a: GCBatch) -> tuple[np.ndarray, np.ndarray | None]:
+        """``a``'s (prods, prods_lo) as full arrays, without changing ``a``'s form."""
+        if a.pcols is None:
+            return a._prods, a._prods_lo
+        out = []
+        for part in (a._prods, a._prods_lo):
+            full = None
+            if part is not None:
+                full = np.zeros((len(part), a._width))
+                full[:, a.pcols] = part
+            out.append(full)
+        return out[0], out[1]
+
+    @staticmethod
+    def _widen(target: GCBatch, cols: np.ndarray) -> np.ndarray:
+        """Make a compact ``target`` hold the product columns ``cols`` too (zero where new);
+        where ``cols`` are among its columns."""
+        held = target.pcols
+        at = np.searchsorted(held, cols)
+        if not len(cols) or (
+            len(held) and at[-1] < len(held) and (held[np.minimum(at, len(held) - 1)] == cols).all()
+        ):
+            return at
+        union = np.union1d(held, cols)
+        old = np.searchsorted(union, held)
+        for name in ("_prods", "_prods_lo"):
+            part = getattr(target, name)
+            if part is not None:
+                wide = np.zeros((len(part), len(union)))
+                wide[:, old] = part
+                setattr(target, name, wide)
+        target.pcols = union
+        return np.searchsorted(union, cols)
 
     def batch_from(self, elements: Sequence[GCPayload]) -> GCBatch:
         n = len(elements)
@@ -1353,7 +1464,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         rows = batch._rows
         lo = np.searchsorted(rows, idx)
         owner, pos = _ranges(lo, np.searchsorted(rows, idx + 1) - lo)
-        return self._make(
+        out = self._make(
             batch.count[idx],
             *self._take_dense(batch, idx),
             owner,
@@ -1363,6 +1474,9 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             batch._value[pos],
             coalesce=False,
         )
+        if batch.pcols is not None:
+            out._compact(batch.pcols, out._prods, None, batch._width)
+        return out
 
     def _take_deferred(self, batch: GCBatch, d: _Deferred, idx: np.ndarray) -> GCBatch:
         """:meth:`batch_take` from a deferred table: the taken rows' ranges of both runs
@@ -1372,6 +1486,8 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         m = len(idx)
         ptr = d.row_starts(len(batch))
         out = self._make(batch.count[idx], *self._take_dense(batch, idx), coalesce=False)
+        if batch.pcols is not None:
+            out._compact(batch.pcols, out._prods, None, batch._width)
         parts = []
         for run_key, run_value, lo, hi in (
             (d.mkey, d.mval, ptr[idx], ptr[idx + 1]),
@@ -1413,12 +1529,12 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
 
     @staticmethod
     def _take_dense(batch: GCBatch, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``sums[idx]`` and ``prods[idx]``, compensation added (``np.take`` gathers rows
-        faster than indexing)."""
-        sums, prods = np.take(batch.sums, idx, axis=0), np.take(batch.prods, idx, axis=0)
+        """``sums[idx]`` and the held products' rows ``idx`` (compact if ``batch`` is),
+        compensation added (``np.take`` gathers rows faster than indexing)."""
+        sums, prods = np.take(batch.sums, idx, axis=0), np.take(batch._prods, idx, axis=0)
         if batch.sums_lo is not None:
             sums += np.take(batch.sums_lo, idx, axis=0)
-            prods += np.take(batch.prods_lo, idx, axis=0)
+            prods += np.take(batch._prods_lo, idx, axis=0)
         return sums, prods
 
     def batch_concat(self, batches: Sequence[GCBatch]) -> GCBatch:
@@ -1644,7 +1760,8 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         p, q = self._p, self._q
         cont = f.sums.any(axis=0) if len(f) else np.zeros(p, dtype=bool)
         if self._packed and len(f):
-            touched = f.prods.any(axis=0)
+            cols, held = self._held_products(f)
+            touched = cols[held.any(axis=0)] if len(cols) else _EMPTY_I
             cont[self._iu[touched]] = True
             cont[self._ju[touched]] = True
         cat = np.zeros(q, dtype=bool)
@@ -1694,7 +1811,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
                 return None
         else:
             n_groups = 1
-        fs = [self._fold(f) for f in factors]
+        fs = [self._folded(f) for f in factors]  # compact products stay compact
         p, q = self._p, self._q
         try:
             raw_tables = [self._factor_table(f) for f in fs]
@@ -1722,6 +1839,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         ):
             return None
         ww = width * width
+        unit = [bool((f.count == 1).all()) for f in fs]  # multiplying by them changes nothing
 
         # terms by block, with the step that bore them: [step, positions, (n, m) values],
         # [step, rows, key, values, table] (key-grouped; table: the packing of key, None
@@ -1756,7 +1874,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             if w == 0:
                 sums.append(raw)
                 if len(own_pos[0]):
-                    dense.append([0, own_pos[0], f.prods[:, own_pos[0]]])
+                    dense.append([0, own_pos[0], self._product_columns(f, own_pos[0])])
                 if table is not None:
                     tables.append([0, *table, tb])
                 a_rows, a_key, a_val = s_rows, s_key, s_val
@@ -1790,10 +1908,14 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
                         pairs = self._pair_block(a_rows, a_key, a_val, tb, n, width, span, groups)
                         if pairs is not None:
                             tables.append([w, *pairs, None])
-            # the running state moves to A * f_w
-            sums = [cb[:, None] * s for s in sums] + [ca[:, None] * raw]
-            a_val = a_val * cb[a_rows]
-            s_val = s_val * ca[s_rows]
+            # the running state moves to A * f_w (x * 1.0 is x: all-one counts skipped)
+            ca_one = bool((ca == 1).all())
+            if not unit[w]:
+                sums = [cb[:, None] * s for s in sums]
+                a_val = a_val * cb[a_rows]
+            sums.append(raw if ca_one else ca[:, None] * raw)
+            if not ca_one:
+                s_val = s_val * ca[s_rows]
             a_rows, a_key, a_val = (
                 np.concatenate(c) for c in ((a_rows, s_rows), (a_key, s_key), (a_val, s_val))
             )
@@ -1801,9 +1923,13 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
                 live = a_val != 0
                 a_rows, a_key, a_val = a_rows[live], a_key[live], a_val[live]
             if len(own_pos[w]):
-                dense.append([w, own_pos[w], ca[:, None] * f.prods[:, own_pos[w]]])
+                own = self._product_columns(f, own_pos[w])
+                if not ca_one:
+                    np.multiply(own, ca[:, None], out=own)
+                dense.append([w, own_pos[w], own])
             if table is not None:
-                table[2] = table[2] * ca[table[0]]
+                if not ca_one:
+                    table[2] = table[2] * ca[table[0]]
                 tables.append([w, *table, tb])
             count = ca * cb
 
@@ -1812,15 +1938,18 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         for block in dense:
             v = block[2]
             for w in range(block[0] + 1, k):
-                np.multiply(v, fs[w].count[:, None], out=v)
+                if not unit[w]:
+                    np.multiply(v, fs[w].count[:, None], out=v)
         for block in tables:
             rows, v = block[1], block[3]
             for w in range(block[0] + 1, k):
-                np.multiply(v, fs[w].count[rows], out=v)
+                if not unit[w]:
+                    np.multiply(v, fs[w].count[rows], out=v)
         for block in cross:
             rows, v = block[1], block[4]
             for w in range(block[0] + 1, k):
-                np.multiply(v, fs[w].count[rows], out=v)
+                if not unit[w]:
+                    np.multiply(v, fs[w].count[rows], out=v)
 
         # dense part summed per group as batch_sum_by does (per column, rows in order)
         g_rows = groups if groups is not None else np.zeros(n, dtype=np.int64)
@@ -1980,7 +2109,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         part by TwoSum into ``hi``/``lo``."""
         self._check_batch(target)
         self._check_batch(values)
-        values = self._fold(values)
+        values = self._folded(values)
         slots = np.asarray(slots, dtype=np.int64)
         if slots.shape != (len(values),):
             raise RingError(f"batch_scatter_add: need {len(values)} slots, got {slots.shape}")
@@ -1993,16 +2122,35 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             values = self.batch_sum_by(values, slots, n)
             slots = np.arange(n, dtype=np.int64)
         target.count[slots] += values.count
+        if target.pcols is None:
+            prods, target_prods, target_lo = values.prods, target._prods, target._prods_lo
+            pos = None
+        else:  # compact: only the columns values may hold (the others add zeros)
+            cols, prods = self._held_products(values)
+            pos = self._widen(target, cols)
+            target_prods, target_lo = target._prods, target._prods_lo
+            if len(pos) == target_prods.shape[1]:
+                pos = None  # every held column, in order
         if target.sums_lo is None:
             target.sums[slots] += values.sums
-            target.prods[slots] += values.prods
+            if pos is None:
+                target_prods[slots] += prods
+            elif len(pos):
+                rows = target_prods[slots]
+                rows[:, pos] += prods
+                target_prods[slots] = rows
         elif len(slots) and self._p:
             m = len(slots)
             at = slots
             if slots[-1] - slots[0] == m - 1 and (m < 3 or (np.diff(slots) == 1).all()):
                 at = slice(int(slots[0]), int(slots[0]) + m)  # consecutive: work on views
             _two_sum(target.sums, target.sums_lo, at, values.sums)
-            _two_sum(target.prods, target.prods_lo, at, values.prods)
+            if pos is not None:  # zeros in the columns values do not hold
+                wide = np.zeros((m, target_prods.shape[1]))
+                wide[:, pos] = prods
+                prods = wide
+            if target_prods.shape[1]:
+                _two_sum(target_prods, target_lo, at, prods)
         if values.nnz and self._merge_into(target, slots, values):
             return target
         if values.nnz:  # keys too wide for one packed integer: merge by a full re-sort
@@ -2027,7 +2175,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
                 f"count overflow in the generalized covariance ring: a count beyond {limit} "
                 f"(a product of multiplicities) is no longer exact"
             )
-        for name, part in (("sums", values.sums), ("products", values.prods)):
+        for name, part in (("sums", values.sums), ("products", values._prods)):
             if not np.isfinite(part).all():
                 raise RingError(
                     f"float64 overflow in the generalized covariance {name}: a product of "
@@ -2110,10 +2258,10 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         slots = np.asarray(slots, dtype=np.int64)
         target.count[slots] = 0.0
         target.sums[slots] = 0.0
-        target.prods[slots] = 0.0
+        target._prods[slots] = 0.0
         if target.sums_lo is not None:
             target.sums_lo[slots] = 0.0
-            target.prods_lo[slots] = 0.0
+            target._prods_lo[slots] = 0.0
         d = target._deferred
         if d is not None:  # zero the rows' entries in place
             for run_key, run_value in ((d.mkey, d.mval), (d.pkey, d.pval)):
@@ -2142,10 +2290,10 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         if n <= size:
             out = self.batch_take(batch, np.arange(n))
             if batch.sums_lo is not None:  # hi + lo taken: the compensation starts afresh
-                out.sums_lo, out.prods_lo = np.zeros_like(out.sums), np.zeros_like(out.prods)
+                out.sums_lo, out._prods_lo = np.zeros_like(out.sums), np.zeros_like(out._prods)
             return out
         dense: list[np.ndarray | None] = []
-        for a in (batch.count, batch.sums, batch.prods, batch.sums_lo, batch.prods_lo):
+        for a in (batch.count, batch.sums, batch._prods, batch.sums_lo, batch._prods_lo):
             grown = None
             if a is not None:
                 grown = np.zeros((n,) + a.shape[1:], dtype=a.dtype)
@@ -2160,7 +2308,9 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         else:
             sparse = (batch.rows, batch.entry, batch.key1, batch.key2, batch.value)
             out = self._make(*dense[:3], *(a.copy() for a in sparse), coalesce=False)
-        out.sums_lo, out.prods_lo = dense[3], dense[4]
+        out.sums_lo, out._prods_lo = dense[3], dense[4]
+        if batch.pcols is not None:
+            out.pcols, out._width = batch.pcols, batch._width
         return out
 
     def batch_is_zero(self, a: GCBatch) -> np.ndarray:
@@ -2372,7 +2522,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         arrays = [
             batch.count.astype("<f8"),
             batch.sums.astype("<f8"),
-            batch.prods.astype("<f8"),
+            self._full_products(batch)[0].astype("<f8"),
             batch.rows.astype("<i8"),
             batch.entry.astype("<i8"),
             batch.key1.astype("<i8"),
@@ -2380,7 +2530,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             batch.value.astype("<f8"),
         ]
         if compensated:
-            arrays += [batch.sums_lo.astype("<f8"), batch.prods_lo.astype("<f8")]
+            arrays += [batch.sums_lo.astype("<f8"), self._full_products(batch)[1].astype("<f8")]
         return b"".join(
             [_MAGIC, struct.pack("<I", len(header)), header]
             + [np.ascontiguousarray(x).tobytes() for x in arrays]

@@ -59,6 +59,7 @@ def factors_of(ring: G, rng: np.random.Generator, deletes: bool, n: int, weight:
         keys = int(rng.integers(3, 12))
         v = view(ring, rng, [x for x in CONT + CAT if x in part], 60, keys, deletes, weight)
         out.append(ring.batch_take(v, rng.integers(0, keys, n)))
+    out.append(ring.batch_ones(n))  # counts 1 (multiplying by them is skipped)
     return [out[i] for i in rng.permutation(len(out))]
 
 
