@@ -32,7 +32,7 @@ from .encoding import (
     fits_int64,
 )
 from .errors import BatchError, InputTypeError
-from .keyindex import KeyIndex, hash_rows
+from .keyindex import hash_rows
 from .query import Query
 
 
@@ -253,24 +253,35 @@ def _column_fingerprint_keys(data: np.ndarray) -> np.ndarray:
     return _value_fingerprint_keys(keys[:, 0], keys[:, 1])
 
 
-_FLUSH_AT = 16384  # recorded tuple changes before they are folded into the index
+_FLUSH_AT = 16384  # recorded tuple changes before they may be merged into the main run
 
 
 class TupleCounts:
     """Multiplicities of the stored tuples of one relation (to reject deletes of absent ones).
 
-    Tuples are keyed by their 64-bit fingerprint in a :class:`KeyIndex` that uses the
-    fingerprint as its own hash.  Inserts cannot make a tuple absent, so changes are only
-    recorded; a batch with deletes looks up just its deleted tuples, in the index and in the
-    recorded changes (kept as one sorted run), which go into the index in bulk once they
-    are ``_FLUSH_AT`` or more.
+    Tuples are keyed by their 64-bit fingerprint, held as sorted runs (16 bytes per distinct
+    tuple, no hash table): a main run of fingerprints with their non-zero counts, and the
+    changes recorded since, merged into one small sorted run.  Inserts cannot make a tuple
+    absent, so changes are only recorded; a batch with deletes looks up just its deleted
+    tuples (binary searches in both runs).  The recorded run is merged into the main one
+    once it has ``_FLUSH_AT`` entries and a quarter of the main run's (amortized linear).
     """
 
     def __init__(self, width: int) -> None:
-        self.index = KeyIndex(1, hashed=True)
-        self.counts = np.zeros(16, dtype=np.int64)
+        self.ids = np.zeros(0, dtype=np.int64)  # sorted, distinct
+        self.counts = np.zeros(0, dtype=np.int64)  # non-zero
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []
         self._merged: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __setstate__(self, state: dict) -> None:
+        index = state.pop("index", None)
+        if index is not None:  # pickled with a hash index of fingerprints: sorted runs now
+            slots = index.live_slots()
+            ids, counts = index.keys[slots, 0], state["counts"][slots]
+            order = np.argsort(ids)
+            state["ids"], state["counts"] = ids[order], counts[order]
+        state.setdefault("_merged", None)
+        self.__dict__.update(state)
 
     @staticmethod
     def fingerprints(columns: Sequence[np.ndarray]) -> np.ndarray:
@@ -290,64 +301,35 @@ class TupleCounts:
         return hash_rows(keys).view(np.int64)
 
     def current(self, unique: np.ndarray) -> np.ndarray:
-        """Stored multiplicity of each fingerprint (0 when absent; ``unique``: sorted, distinct).
-
-        The recorded changes are kept merged (sorted distinct fingerprints, summed changes)
-        and folded into the index in bulk once they are many; until then they are found by
-        a binary search per fingerprint asked for.
-        """
+        """Stored multiplicity of each fingerprint (0 when absent; ``unique``: sorted, distinct)."""
         merged = self._merge_pending()
-        if merged is not None and merged[0].size >= _FLUSH_AT:
+        if merged is not None and merged[0].size >= max(_FLUSH_AT, self.ids.size // 4):
             self._flush()
             merged = None
-        slots = self.index.lookup(unique)
-        found = np.where(slots >= 0, self.counts[np.maximum(slots, 0)], 0)
+        found = _counts_of(self.ids, self.counts, unique)
         if merged is not None and merged[0].size:
-            ids, net = merged
-            pos = np.minimum(np.searchsorted(ids, unique), ids.size - 1)
-            hit = ids[pos] == unique
-            found[hit] += net[pos[hit]]
+            found += _counts_of(*merged, unique)
         return found
 
     def _merge_pending(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The recorded changes not in the index yet, as sorted distinct fingerprints and
+        """The recorded changes not in the main run yet, as sorted distinct fingerprints and
         their summed changes (the earlier merge is one sorted run: the stable sort merges
         the new changes into it in linear time)."""
-        merged = getattr(self, "_merged", None)  # absent from counts pickled before it
         if not self._pending:
-            return merged
-        parts = ([merged] if merged is not None else []) + self._pending
-        ids = np.concatenate([p[0] for p in parts])
-        net = np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False)
+            return self._merged
+        parts = ([self._merged] if self._merged is not None else []) + self._pending
         self._pending.clear()
-        order = np.argsort(ids, kind="stable")
-        ids, net = ids[order], net[order]
-        if ids.size > 1:
-            starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
-            if starts.size < ids.size:
-                ids, net = ids[starts], np.add.reduceat(net, starts)
-        self._merged = (ids, net)
+        self._merged = _sum_runs(parts)
         return self._merged
 
     def _flush(self) -> None:
-        """Fold the recorded changes into the index; drop the tuples whose count is 0."""
+        """Merge the recorded changes into the main run; drop the tuples whose count is 0."""
         merged = self._merge_pending()
         self._merged = None
-        if merged is None:
-            return
-        changed = merged[1] != 0
-        ids, net = merged[0][changed], merged[1][changed]
-        if not ids.size:
-            return
-        slots, _ = self.index.get_or_insert(ids)
-        if self.index.capacity > self.counts.size:
-            grown = np.zeros(self.index.capacity, dtype=np.int64)
-            grown[: self.counts.size] = self.counts
-            self.counts = grown
-        self.counts[slots] += net
-        gone = slots[self.counts[slots] == 0]
-        if gone.size:
-            self.index.remove(gone)
+        if merged is not None:
+            ids, counts = _sum_runs([(self.ids, self.counts), merged])
+            live = counts != 0
+            self.ids, self.counts = ids[live], counts[live]
 
     def check(
         self,
@@ -385,6 +367,27 @@ class TupleCounts:
     def apply(self, ids: np.ndarray, net: np.ndarray) -> None:
         """Record the changes (ids need not be unique)."""
         self._pending.append((ids, net))
+
+
+def _counts_of(ids: np.ndarray, counts: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The count of every wanted id in a sorted run (0 where absent)."""
+    if not ids.size:
+        return np.zeros(wanted.size, dtype=np.int64)
+    pos = np.minimum(np.searchsorted(ids, wanted), ids.size - 1)
+    return np.where(ids[pos] == wanted, counts[pos], 0)
+
+
+def _sum_runs(parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, changes) pairs as one sorted run of distinct ids with summed changes."""
+    ids = np.concatenate([p[0] for p in parts])
+    net = np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False)
+    order = np.argsort(ids, kind="stable")
+    ids, net = ids[order], net[order]
+    if ids.size > 1:
+        starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
+        if starts.size < ids.size:
+            ids, net = ids[starts], np.add.reduceat(net, starts)
+    return ids, net
 
 
 def _add_matching(
