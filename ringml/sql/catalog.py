@@ -4,7 +4,9 @@ type check that turns a batch of rows into typed numpy columns.
 Column types are five kinds: ``int`` (INTEGER, BIGINT, ... -> int64), ``float`` (DOUBLE,
 REAL, DECIMAL, NUMERIC -> float64), ``str`` (VARCHAR, TEXT, CHAR -> Python strings),
 ``date`` (DATE, TIMESTAMP -> datetime64[ns]) and ``bool`` (BOOLEAN).  Values are never NULL:
-a batch holding None/NaN/NaT is rejected.
+a batch holding None/NaN/NaT is rejected.  A ``PRIMARY KEY`` (a column constraint or a
+table constraint) is kept: its table holds at most one row per key value, and deletes are
+checked by key (:mod:`ringml.sql.tables`); other constraints are accepted and ignored.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import infer_dtype
 
-from ..batch import as_frame
+from ..batch import _column_arrays, as_frame
 from ..errors import BatchError, InputTypeError
 from .errors import SqlError, SqlNameError, SqlSyntaxError, SqlTypeError, position_of
 
@@ -78,11 +80,13 @@ def type_kind(name: str) -> str:
 
 @dataclass(frozen=True)
 class TableSchema:
-    """A table: its name, column names and their kinds."""
+    """A table: its name, column names and their kinds, and its primary key columns
+    (``()``: none declared)."""
 
     name: str
     columns: tuple[str, ...]
     types: tuple[str, ...]
+    key: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.columns:
@@ -91,6 +95,15 @@ class TableSchema:
         if len(set(lowered)) != len(lowered):
             twice = next(c for c in self.columns if lowered.count(c.lower()) > 1)
             raise SqlNameError(f"table {self.name!r} declares column {twice!r} twice")
+        for column in self.key:
+            if column not in self.columns:
+                raise SqlNameError(
+                    f"table {self.name!r}: the primary key names {column!r}, not a column "
+                    f"of the table {list(self.columns)}",
+                    construct=column,
+                )
+        if len(set(self.key)) != len(self.key):
+            raise SqlNameError(f"table {self.name!r}: the primary key repeats a column")
 
     def type_of(self, column: str) -> str:
         return self.types[self.columns.index(column)]
@@ -105,6 +118,14 @@ class TableSchema:
     def conform(self, rows: object) -> pd.DataFrame:
         """``rows`` as a frame of exactly this table's columns, typed (int64, float64,
         objects holding str, datetime64[ns], bool); :class:`BatchError` otherwise."""
+        columns = self.conform_columns(rows)
+        n = len(next(iter(columns.values())))
+        return pd.DataFrame(columns, index=pd.RangeIndex(n))
+
+    def conform_columns(self, rows: object) -> dict[str, np.ndarray]:
+        """:meth:`conform`'s typed columns as numpy arrays (no frame is built): numpy
+        columns are read from the frame's blocks and checked with a few whole-array
+        passes (``infer_dtype`` for object columns, no Python loop per value)."""
         frame = as_frame(rows, self.name)
         if frame.columns.has_duplicates:
             twice = frame.columns[frame.columns.duplicated()][0]
@@ -112,20 +133,23 @@ class TableSchema:
                 f"table {self.name!r}: the rows have column {twice!r} twice", self.name, twice
             )
         names = [str(c) for c in frame.columns]
-        missing = [c for c in self.columns if c not in names]
-        extra = [c for c in names if c not in self.columns]
-        if missing or extra:
-            raise BatchError(
-                f"table {self.name!r} has columns {list(self.columns)}; the rows lack "
-                f"{missing} and have extra {extra}",
-                self.name,
-                (missing or extra)[0],
-            )
-        data = {
-            c: conform_column(self.name, c, kind, frame[c])
-            for c, kind in zip(self.columns, self.types, strict=True)
+        if names != list(self.columns):
+            missing = [c for c in self.columns if c not in names]
+            extra = [c for c in names if c not in self.columns]
+            if missing or extra:
+                raise BatchError(
+                    f"table {self.name!r} has columns {list(self.columns)}; the rows lack "
+                    f"{missing} and have extra {extra}",
+                    self.name,
+                    (missing or extra)[0],
+                )
+        if any(not isinstance(c, str) for c in frame.columns):
+            frame = frame.set_axis(names, axis=1)
+        arrays = _column_arrays(frame, list(self.columns))
+        return {
+            c: conform_column(self.name, c, kind, values)
+            for c, kind, values in zip(self.columns, self.types, arrays, strict=True)
         }
-        return pd.DataFrame(data, index=pd.RangeIndex(len(frame)))
 
 
 def _reject(table: str, column: str, kind: str, values: np.ndarray, bad: np.ndarray, why: str):
@@ -141,17 +165,25 @@ def _reject(table: str, column: str, kind: str, values: np.ndarray, bad: np.ndar
     )
 
 
-def conform_column(table: str, column: str, kind: str, series: pd.Series) -> np.ndarray:
-    """One column's values as the numpy array of its kind (no NULLs, nothing lossy)."""
-    extension = isinstance(series.dtype, pd.api.extensions.ExtensionDtype)
-    values = series.to_numpy(dtype=object) if extension else series.to_numpy()
+#: per kind, what ``infer_dtype(skipna=False)`` says of an object column that holds no NULL
+_CLEAN = {"int": "integer", "str": "string", "bool": "boolean"}
+
+
+def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:
+    """One column's values (a Series or an array) as the numpy array of its kind (no
+    NULLs, nothing lossy)."""
+    if isinstance(series, pd.Series | pd.api.extensions.ExtensionArray):
+        extension = isinstance(series.dtype, pd.api.extensions.ExtensionDtype)
+        values = series.to_numpy(dtype=object) if extension else series.to_numpy()
+    else:
+        values = np.asarray(series)
     n = values.shape[0]
-    if values.dtype.kind == "O" and n:
+    kind_of = values.dtype.kind
+    inferred = infer_dtype(values, skipna=False) if kind_of == "O" else None
+    if kind_of == "O" and n and inferred != _CLEAN.get(kind):  # clean: no NULL possible
         missing = np.asarray(pd.isna(values), dtype=bool)
         if missing.any():
             _reject(table, column, kind, values, missing, "is NULL; tables hold no NULLs")
-    kind_of = values.dtype.kind
-    inferred = infer_dtype(values, skipna=False) if kind_of == "O" else None
     if kind == "int":
         if kind_of in "iu":
             if kind_of == "u" and n and values.max() > np.iinfo(np.int64).max:
@@ -163,7 +195,7 @@ def conform_column(table: str, column: str, kind: str, series: pd.Series) -> np.
                     values > np.iinfo(np.int64).max,
                     "does not fit in BIGINT",
                 )
-            return values.astype(np.int64)
+            return values.astype(np.int64, copy=False)
         if kind_of == "f" or inferred in ("floating", "mixed-integer-float", "decimal"):
             as_float = values.astype(np.float64)
             bad = ~np.isfinite(as_float) | (as_float != np.round(as_float))
@@ -185,7 +217,7 @@ def conform_column(table: str, column: str, kind: str, series: pd.Series) -> np.
             "decimal",
             "empty",
         ):
-            out = values.astype(np.float64)
+            out = values.astype(np.float64, copy=False)
             bad = ~np.isfinite(out)
             if bad.any():
                 _reject(table, column, kind, values, bad, "is not a finite number (NULL?)")
@@ -202,7 +234,7 @@ def conform_column(table: str, column: str, kind: str, series: pd.Series) -> np.
         _reject(table, column, kind, values, bad, "is not a string")
     if kind == "date":
         if kind_of == "M":
-            out = values.astype("datetime64[ns]")
+            out = values.astype("datetime64[ns]", copy=False)
             bad = np.isnat(out)
             if bad.any():
                 _reject(table, column, kind, values, bad, "is NULL; tables hold no NULLs")
@@ -333,7 +365,8 @@ def _schema_from(name: object, columns: object) -> TableSchema:
 
 
 def parse_ddl(text: str) -> list[TableSchema]:
-    """The tables of ``CREATE TABLE`` statements (constraints are accepted and ignored)."""
+    """The tables of ``CREATE TABLE`` statements, with their ``PRIMARY KEY`` if declared
+    (other constraints are accepted and ignored)."""
     from sqlglot import exp
 
     from .parse import parse_statements
@@ -356,9 +389,14 @@ def parse_ddl(text: str) -> list[TableSchema]:
                 "CREATE TABLE AS",
             )
         columns = []
+        key: list[str] = []
+        keys_declared = 0
         for definition in target.expressions:
             if not isinstance(definition, exp.ColumnDef):
-                continue  # a table constraint (PRIMARY KEY (...), ...)
+                declared = _primary_key(definition)
+                if declared is not None:
+                    key, keys_declared = declared, keys_declared + 1
+                continue  # other table constraints (UNIQUE, FOREIGN KEY, ...) are ignored
             kind = definition.args.get("kind")
             if kind is None:
                 raise SqlTypeError(
@@ -371,12 +409,48 @@ def parse_ddl(text: str) -> list[TableSchema]:
                 columns.append((definition.name, type_kind(type_name)))
             except SqlError as error:
                 raise SqlTypeError(str(error), _start(text, definition), type_name) from None
-        schemas.append(
-            TableSchema(
-                target.this.name, tuple(c for c, _ in columns), tuple(k for _, k in columns)
+            constraints = definition.args.get("constraints") or []
+            if any(
+                isinstance(c.args.get("kind"), exp.PrimaryKeyColumnConstraint) for c in constraints
+            ):
+                key, keys_declared = [definition.name], keys_declared + 1
+        name = target.this.name
+        if keys_declared > 1:
+            raise SqlSyntaxError(
+                f"table {name!r} declares more than one PRIMARY KEY",
+                _start(text, statement),
+                "PRIMARY KEY",
             )
+        names = [c for c, _ in columns]
+        resolved = []
+        for column in key:  # identifiers match like SQL's: exact, else case-insensitively
+            found = [c for c in names if c == column] or [
+                c for c in names if c.lower() == column.lower()
+            ]
+            if len(found) != 1:
+                raise SqlNameError(
+                    f"table {name!r}: the PRIMARY KEY names {column!r}, not a column of the "
+                    f"table {names}",
+                    _start(text, statement),
+                    column,
+                )
+            resolved.append(found[0])
+        schemas.append(
+            TableSchema(name, tuple(names), tuple(k for _, k in columns), tuple(resolved))
         )
     return schemas
+
+
+def _primary_key(constraint) -> list[str] | None:
+    """The columns of a ``PRIMARY KEY (...)`` table constraint (named or not), else None."""
+    from sqlglot import exp
+
+    if isinstance(constraint, exp.Constraint):
+        found = [e for e in constraint.expressions if isinstance(e, exp.PrimaryKey)]
+        constraint = found[0] if found else None
+    if not isinstance(constraint, exp.PrimaryKey):
+        return None
+    return [e.name for e in constraint.expressions]
 
 
 def _start(text: str, node) -> tuple[int, int] | None:

@@ -26,8 +26,10 @@ def key_column(values: np.ndarray, kind: str) -> np.ndarray:
     """Decoded key values (objects) as the array of their kind."""
     if kind == "str" or kind == "null":
         return np.asarray(values, dtype=object)
-    if kind == "date":
-        return pd.to_datetime(pd.Series(values, dtype=object)).to_numpy().astype("datetime64[ns]")
+    if kind == "date":  # a DatetimeIndex, not a Series: ~5x less overhead on few values
+        return (
+            pd.DatetimeIndex(np.asarray(values, dtype=object)).to_numpy().astype("datetime64[ns]")
+        )
     return np.asarray(values).astype(DTYPES[kind])
 
 
@@ -46,25 +48,45 @@ def _sum_terms(terms: Terms, components: Mapping[str, np.ndarray], n: int) -> np
     return total
 
 
-def view_rows(
-    plan: ViewPlan, keys: Mapping[str, np.ndarray], components: Mapping[str, np.ndarray]
-) -> pd.DataFrame:
-    """The view's output rows from its groups (``keys``: per free variable its decoded
-    values; ``components``: per ring component its values, aligned with the keys)."""
-    n = len(components[COUNT])
-    count = components[COUNT]
-    if plan.global_aggregate and n == 0:  # no rows at all: one row of empty aggregates
-        n, count = 1, np.zeros(1, dtype=np.int64)
-        components = {name: np.zeros(1, dtype=np.int64) for name in components}
-    env: dict[str, object] = {var: key_column(keys[var], kind) for var, kind in plan.keys}
-    for aggregate in plan.aggregates:
+class _Env(dict):
+    """The names expressions over the groups read, each computed on first use: key columns
+    decoded, aggregates summed from the components, output columns (``#oI``) evaluated.
+    A read that keeps few groups then decodes and evaluates only what it needs."""
+
+    def __init__(
+        self,
+        plan: ViewPlan,
+        keys: Mapping[str, np.ndarray],
+        components: Mapping[str, np.ndarray],
+        n: int,
+    ) -> None:
+        super().__init__()
+        self.plan, self.keys, self.components, self.n = plan, keys, components, n
+        self._kinds = dict(plan.keys)
+        self._aggregates = {a.slot: a for a in plan.aggregates}
+
+    def __missing__(self, name: str):
+        if name in self._kinds:
+            value = key_column(self.keys[name], self._kinds[name])
+        elif name in self._aggregates:
+            value = self._aggregate(self._aggregates[name])
+        elif name.startswith("#o") and name[2:].isdigit():
+            value = self.plan.outputs[int(name[2:])].expression.evaluate(self, self.n)
+        else:
+            raise KeyError(name)
+        self[name] = value
+        return value
+
+    def _aggregate(self, aggregate) -> tuple[np.ndarray, np.ndarray | None]:
+        components, n = self.components, self.n
         value = _sum_terms(aggregate.value, components, n)
-        present = (
-            count if aggregate.nonnull is None else _sum_terms(aggregate.nonnull, components, n)
-        )
         if aggregate.function == "count":
-            env[aggregate.slot] = (value, None)
-            continue
+            return value, None
+        present = (
+            components[COUNT]
+            if aggregate.nonnull is None
+            else _sum_terms(aggregate.nonnull, components, n)
+        )
         null = present == 0
         if aggregate.function == "avg":
             with np.errstate(all="ignore"):
@@ -72,29 +94,75 @@ def view_rows(
         if null.any():
             value = value.astype(np.float64)
             value[null] = np.nan
-        env[aggregate.slot] = (value, null if null.any() else None)
+        return value, null if null.any() else None
+
+
+def view_rows(
+    plan: ViewPlan, keys: Mapping[str, np.ndarray], components: Mapping[str, np.ndarray]
+) -> pd.DataFrame:
+    """The view's output rows from its groups (``keys``: per free variable its decoded
+    values, a mapping that may decode on demand and offer ``take(rows)``; ``components``:
+    per ring component its values, aligned with the keys).
+
+    With ORDER BY and LIMIT, the groups whose first ORDER BY key is among the
+    OFFSET + LIMIT smallest (ties included: ``np.partition``) are kept before anything
+    else is decoded, evaluated or sorted; the order and the rows are those of sorting
+    everything (a row after the cut has OFFSET + LIMIT rows before it on that key)."""
+    n = len(components[COUNT])
+    if plan.global_aggregate and n == 0:  # no rows at all: one row of empty aggregates
+        n = 1
+        components = {name: np.zeros(1, dtype=np.int64) for name in components}
+    wanted = None if plan.limit is None else plan.offset + plan.limit
+    if wanted is not None and plan.order and plan.grouped and n > 4 * wanted + 64:
+        chosen = _top_candidates(plan, _Env(plan, keys, components, n), n, wanted)
+        if chosen is not None:
+            keys = (
+                keys.take(chosen)
+                if hasattr(keys, "take")
+                else {var: np.asarray(values)[chosen] for var, values in keys.items()}
+            )
+            components = {name: values[chosen] for name, values in components.items()}
+            n = chosen.size
+    env = _Env(plan, keys, components, n)
     columns = {}
     for i, output in enumerate(plan.outputs):
-        values, null = output.expression.evaluate(env, n)
-        env[f"#o{i}"] = (values, null)
+        values, null = env[f"#o{i}"]
         columns[output.name] = _nullable(values, null, output.expression.kind)
     keep = truth(plan.having, env, n) if plan.having is not None else None
     order_keys = []
     for k, key in enumerate(plan.order):
         values, null = key.expression.evaluate(env, n)
         order_keys.append((f"#k{k}", values, null, key))
-    frame = pd.DataFrame(columns, index=pd.RangeIndex(n))
-    if not plan.outputs:
-        frame = pd.DataFrame(index=pd.RangeIndex(n))
     rows = np.arange(n) if keep is None else np.flatnonzero(keep)
     if not plan.grouped:  # a bag projection: each group's row, its multiplicity times
-        rows = np.repeat(rows, count[rows])
+        rows = np.repeat(rows, components[COUNT][rows])
     if order_keys:
-        rows = _sorted(rows, order_keys, frame)
+        rows = _sorted(rows, order_keys, columns)
     start = plan.offset
     stop = None if plan.limit is None else start + plan.limit
     rows = rows[start:stop]
-    return frame.iloc[rows].reset_index(drop=True)
+    return pd.DataFrame(
+        {name: values[rows] for name, values in columns.items()}, index=pd.RangeIndex(rows.size)
+    )
+
+
+def _top_candidates(plan: ViewPlan, env: _Env, n: int, wanted: int) -> np.ndarray | None:
+    """The groups (HAVING applied) whose first ORDER BY key is among the ``wanted``
+    smallest in its order, ties included; None when the key has NULLs (sorted apart)."""
+    first = plan.order[0]
+    values, null = first.expression.evaluate(env, n)
+    if null is not None and null.any():
+        return None
+    kept = None
+    if plan.having is not None:
+        kept = np.flatnonzero(truth(plan.having, env, n))
+        values = values[kept]
+    if values.size <= wanted:
+        return kept
+    codes = _sort_codes(values, descending=first.descending)
+    cut = np.partition(codes, wanted - 1)[wanted - 1]
+    chosen = np.flatnonzero(codes <= cut)
+    return chosen if kept is None else kept[chosen]
 
 
 def _nullable(values: np.ndarray, null: np.ndarray | None, kind: str) -> np.ndarray:
@@ -113,7 +181,7 @@ def _nullable(values: np.ndarray, null: np.ndarray | None, kind: str) -> np.ndar
     return out
 
 
-def _sorted(rows: np.ndarray, order_keys: list, frame: pd.DataFrame) -> np.ndarray:
+def _sorted(rows: np.ndarray, order_keys: list, columns: Mapping[str, np.ndarray]) -> np.ndarray:
     """``rows`` in ORDER BY order (NULLs last unless asked first); ties keep a fixed order
     (by the output columns, NULLs last).
 
@@ -127,8 +195,8 @@ def _sorted(rows: np.ndarray, order_keys: list, frame: pd.DataFrame) -> np.ndarr
         isnull = np.zeros(len(values), dtype=bool) if null is None else null
         codes.append(_sort_codes(isnull[rows], descending=key.nulls_first))
         codes.append(_sort_codes(values[rows], descending=key.descending))
-    for column in frame.columns:
-        codes.append(_sort_codes(frame[column].to_numpy()[rows], descending=False))
+    for values in columns.values():
+        codes.append(_sort_codes(np.asarray(values)[rows], descending=False))
     if not codes or not len(rows):
         return rows
     return rows[np.lexsort(codes[::-1])]

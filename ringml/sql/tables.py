@@ -1,10 +1,26 @@
 """The stored base tables of a SQL database: a multiset of typed rows per table.
 
-Rows are keyed by their 64-bit fingerprint (the engine's tuple fingerprint: numbers by value)
-in a :class:`~ringml.keyindex.KeyIndex`; each distinct row keeps its values once and its
-multiplicity.  A batch is checked first (:meth:`TableStore.prepare`: a delete of a row that
-is not there is refused) and applied later (:meth:`TableStore.commit`), so a database can
-check every table of an atomic batch before anything changes.  All work is on whole arrays.
+Each distinct row is stored once with its multiplicity: its values in one numpy array per
+column, at the row's slot of a :class:`~ringml.keyindex.KeyIndex`.  The index is keyed by
+
+* the table's ``PRIMARY KEY`` when its DDL declares one.  A key value holds at most one
+  row: a batch that would leave two rows with one key (an insert of a present key, the
+  same key inserted twice) is refused.  A delete finds the stored row by its key and must
+  equal it in every column, compared value by value (numbers by value, text as strings),
+  so a delete of a row that differs from the stored one in any column is refused.  Key
+  columns enter the index as int64 images: integers, dates and booleans exactly, floats by
+  value, text as the 64-bit hash of its strings (the hash the engine keys text by); the
+  column-by-column comparison makes a delete exact even so, and two distinct text keys
+  sharing a hash (probability about n²/2⁶⁵) would be refused as one key, never merged.
+* otherwise the row's 64-bit fingerprint over all its columns (:meth:`TableStore.
+  fingerprints`): equal rows have equal fingerprints; two distinct rows sharing one
+  (probability about n²/2⁶⁵) would be taken for each other.
+
+A batch is checked first (:meth:`TableStore.prepare`, which changes nothing) and applied
+later (:meth:`TableStore.commit`), so a database can check every table of an atomic batch
+before anything changes.  All work is on whole arrays: a keyed batch whose keys are
+distinct costs a sort of its key hashes, one index lookup, a comparison of the rows whose
+key is present with the stored ones, and one write per column of its new rows.
 """
 
 from __future__ import annotations
@@ -17,104 +33,252 @@ import pandas as pd
 
 from ..batch import TupleCounts, UpdateBatch
 from ..errors import BatchError, InputTypeError
-from ..keyindex import KeyIndex
+from ..keyindex import KeyIndex, hash_rows
 from .catalog import TableSchema
+
+Columns = dict[str, np.ndarray]
 
 
 @dataclass
 class TableChange:
-    """A checked batch of one table: its distinct rows' fingerprints, their net changes and
-    the position of each one's first row in ``frame``."""
+    """A checked batch of one table (``columns``: its typed rows, ``signs``: their
+    multiplicities) and what committing it does: per changed stored row, its index key,
+    its slot (-1: found or placed at commit), the batch row holding its values, the change
+    of its multiplicity and whether the slot takes the row's values (a keyed row replaced
+    by another row of its key)."""
 
     table: str
-    frame: pd.DataFrame
+    columns: Columns
     signs: np.ndarray
-    fingerprints: np.ndarray
+    keys: np.ndarray
+    slots: np.ndarray
+    rows: np.ndarray
     net: np.ndarray
-    first: np.ndarray
+    rewrite: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.signs)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        """The typed rows as a DataFrame."""
+        return pd.DataFrame(self.columns, index=pd.RangeIndex(len(self)))
 
 
 class TableStore:
-    """The current rows of one table, with multiplicities."""
+    """The current rows of one table, with multiplicities (keyed by the table's primary
+    key if it declares one, else by row fingerprints)."""
 
     def __init__(self, schema: TableSchema) -> None:
         self.schema = schema
-        self.index = KeyIndex(1, hashed=True)
-        self.counts = np.zeros(self.index.capacity, dtype=np.int64)
+        key = schema.key
+        self.index = KeyIndex(len(key)) if key else KeyIndex(1, hashed=True)
+        self.counts = np.zeros(16, dtype=np.int64)
         self.values = {
-            c: _empty(kind, self.index.capacity)
+            c: _empty(kind, 16)
             for c, kind in zip(schema.columns, schema.types, strict=True)
         }
         self.size = 0  # rows, counted with multiplicity
 
-    def prepare(self, frame: pd.DataFrame, signs: np.ndarray) -> TableChange:
-        """Check a typed batch (``signs``: +1 insert, -1 delete, or any multiplicity):
-        :class:`BatchError` naming a deleted row that is not present."""
-        fingerprints = self.fingerprints(frame)
+    # ------------------------------------------------------------------ checking
+    def prepare(self, columns: Columns | pd.DataFrame, signs: np.ndarray) -> TableChange:
+        """Check a typed batch (``columns``: per column of the table its typed values, as
+        :meth:`TableSchema.conform_columns` gives them; ``signs``: +1 insert, -1 delete, or
+        any multiplicity); :class:`BatchError` naming a deleted row that is not present or,
+        with a primary key, a row whose key would be held twice.  Changes nothing."""
+        if isinstance(columns, pd.DataFrame):
+            columns = {c: columns[c].to_numpy() for c in self.schema.columns}
+        signs = np.asarray(signs, dtype=np.int64)
+        if self.schema.key:
+            return self._prepare_keyed(columns, signs)
+        return self._prepare_fingerprinted(columns, signs)
+
+    def _prepare_fingerprinted(self, columns: Columns, signs: np.ndarray) -> TableChange:
+        fingerprints = self.fingerprints(columns)
         unique, first, inverse = np.unique(fingerprints, return_index=True, return_inverse=True)
-        inverse = inverse.ravel()
-        net = np.bincount(inverse, weights=signs, minlength=unique.size).astype(np.int64)
+        net = _sum_by(inverse.ravel(), signs, unique.size)
+        slots = np.full(unique.size, -1, dtype=np.int64)
         if (signs < 0).any():
-            current = self.current(unique)
+            slots = self.index.lookup(unique[:, None])
+            current = np.where(slots >= 0, self.counts[np.maximum(slots, 0)], 0)
             bad = np.flatnonzero(current + net < 0)
             if bad.size:
-                rows = np.flatnonzero((inverse == bad[0]) & (signs < 0))
-                row = frame.iloc[[int(rows[0])]].to_dict("records")[0]
-                raise BatchError(
-                    f"table {self.schema.name!r}: deleting row {row} that is not present",
-                    self.schema.name,
-                    None,
-                    row,
-                )
-        return TableChange(self.schema.name, frame, signs, unique, net, first)
+                row = int(np.flatnonzero((inverse.ravel() == bad[0]) & (signs < 0))[0])
+                self._absent(columns, row, "")
+        moved = np.flatnonzero(net != 0)
+        return TableChange(
+            self.schema.name,
+            columns,
+            signs,
+            unique[moved][:, None],
+            slots[moved],
+            first[moved],
+            net[moved],
+            np.zeros(moved.size, dtype=bool),
+        )
 
-    def fingerprints(self, frame: pd.DataFrame) -> np.ndarray:
+    def _prepare_keyed(self, columns: Columns, signs: np.ndarray) -> TableChange:
+        """Per key of the batch: its stored row (if any), the batch's distinct rows of that
+        key (*units*) and their net changes; every unit's final count (its net change, plus
+        the stored count when it equals the stored row) must be >= 0, and the key's rows
+        after the batch at most one."""
+        images = self.key_images(columns)
+        n = images.shape[0]
+        grouped = _key_groups(images)
+        if grouped is None:  # every key once: a unit per row
+            first = unit_row = unit_group = np.arange(n)
+            unit_net = signs
+        else:  # a key twice (e.g. an update): group rows by key, then by all their values
+            first, inverse = grouped
+            unit_row, unit_inverse = _row_groups(columns, self.schema)
+            unit_group = inverse[unit_row]
+            unit_net = _sum_by(unit_inverse, signs, unit_row.size)
+        m = first.size
+        slots = self.index.lookup(images[first])
+        present = slots >= 0
+        stored = np.where(present, self.counts[np.maximum(slots, 0)], 0)
+        equal = np.zeros(unit_row.size, dtype=bool)
+        probe = np.flatnonzero(present[unit_group])
+        if probe.size:
+            equal[probe] = self._equal(slots[unit_group[probe]], columns, unit_row[probe])
+        final = unit_net + np.where(equal, stored[unit_group], 0)
+        bad = np.flatnonzero(final < 0)
+        if bad.size:
+            unit = int(bad[0])
+            slot = int(slots[unit_group[unit]])
+            self._absent(columns, int(unit_row[unit]), self._differs(slot, columns, unit_row[unit]))
+        covered = np.zeros(m, dtype=bool)
+        covered[unit_group[equal]] = True
+        total = _sum_by(unit_group, final, m) + np.where(covered, 0, stored)
+        twice = np.flatnonzero(total > 1)
+        if twice.size:
+            self._duplicate(columns, images, first, int(twice[0]), bool(present[twice[0]]))
+        alive = np.flatnonzero(final > 0)
+        survivor = np.full(m, -1, dtype=np.int64)
+        survivor[unit_group[alive]] = alive
+        has = survivor >= 0
+        rewrite = present & has & ~equal[np.maximum(survivor, 0)]
+        change = total - stored
+        moved = np.flatnonzero((change != 0) | rewrite)
+        rows = np.where(has[moved], unit_row[np.maximum(survivor[moved], 0)], 0)
+        return TableChange(
+            self.schema.name,
+            columns,
+            signs,
+            images[first[moved]],
+            slots[moved],
+            rows,
+            change[moved],
+            rewrite[moved],
+        )
+
+    def key_images(self, columns: Columns) -> np.ndarray:
+        """The primary key of every row as an ``(n, width)`` int64 array (the index's
+        keys): integers, dates and booleans as they are, floats by value (``-0.0`` as
+        ``0.0``), text as the 64-bit hash of its strings."""
+        parts = []
+        for column in self.schema.key:
+            values = columns[column]
+            kind = self.schema.type_of(column)
+            if kind == "str":
+                parts.append(pd.util.hash_array(values, categorize=False).view(np.int64))
+            elif kind == "float":
+                parts.append((values + 0.0).view(np.int64))
+            elif kind == "date":
+                parts.append(values.view(np.int64))
+            else:
+                parts.append(values.astype(np.int64, copy=False))
+        return np.stack(parts, axis=1) if len(parts) > 1 else parts[0][:, None]
+
+    def fingerprints(self, columns: Columns | pd.DataFrame) -> np.ndarray:
         """A 64-bit key of every typed row (equal rows, equal keys).  A text column holds
         only ``str`` values (``conform``: no NULLs, nothing else), so it enters as the 64-bit
         hash of its strings (``pd.util.hash_array``, the hash the engine keys text by),
-        without the engine's per-value scan for numbers held in object columns, which took
-        most of a batch's delete check (5 text columns of lineitem: 2.3 of 2.5 ms per 1000
-        rows).  The keys are this store's own: only :meth:`prepare` and :meth:`commit`
-        compare them."""
-        if not len(frame):
-            return np.zeros(0, np.int64)
-        columns = [
-            pd.util.hash_array(frame[c].to_numpy(), categorize=False).view(np.int64)
-            if kind == "str"
-            else frame[c].to_numpy()
-            for c, kind in zip(self.schema.columns, self.schema.types, strict=True)
+        without the engine's per-value scan for numbers held in object columns.  The keys
+        are this store's own: only :meth:`prepare` and :meth:`commit` compare them."""
+        arrays = [
+            columns[c].to_numpy() if isinstance(columns, pd.DataFrame) else columns[c]
+            for c in self.schema.columns
         ]
-        return TupleCounts.fingerprints(columns)
+        if not len(arrays[0]):
+            return np.zeros(0, np.int64)
+        keys = [
+            pd.util.hash_array(values, categorize=False).view(np.int64) if kind == "str" else values
+            for values, kind in zip(arrays, self.schema.types, strict=True)
+        ]
+        return TupleCounts.fingerprints(keys)
 
-    def current(self, fingerprints: np.ndarray) -> np.ndarray:
-        """The multiplicity of each fingerprint (0 when absent)."""
-        slots = self.index.lookup(fingerprints[:, None])
-        return np.where(slots >= 0, self.counts[np.maximum(slots, 0)], 0)
+    def _equal(self, slots: np.ndarray, columns: Columns, rows: np.ndarray) -> np.ndarray:
+        """Whether each stored row at ``slots`` equals the batch row at ``rows``."""
+        same = np.ones(slots.size, dtype=bool)
+        for column, stored in self.values.items():
+            same &= np.asarray(stored[slots] == columns[column][rows], dtype=bool)
+        return same
 
-    def commit(self, change: TableChange) -> None:
-        """Apply a prepared change."""
-        moved = change.net != 0
-        if not moved.any():
-            return
-        fingerprints, net, first = (
-            change.fingerprints[moved],
-            change.net[moved],
-            change.first[moved],
+    def _differs(self, slot: int, columns: Columns, row: int) -> str:
+        """Why a batch row is not the stored row of its key (error messages only)."""
+        if slot < 0:
+            return " (no row has its primary key)"
+        for column, stored in self.values.items():
+            if not stored[slot] == columns[column][row]:
+                return f" (the row with its primary key has {column} = {_python(stored[slot])!r})"
+        return ""
+
+    def _absent(self, columns: Columns, row: int, why: str) -> None:
+        values = _row(columns, row)
+        raise BatchError(
+            f"table {self.schema.name!r}: deleting row {values} that is not present{why}",
+            self.schema.name,
+            None,
+            values,
         )
-        slots, new = self.index.get_or_insert(fingerprints[:, None])
-        if self.index.capacity > self.counts.size:
-            self._grow(self.index.capacity)
-        if new.any():
-            rows = first[new]
+
+    def _duplicate(
+        self, columns: Columns, images: np.ndarray, first: np.ndarray, group: int, stored: bool
+    ) -> None:
+        rows = np.flatnonzero((images == images[first[group]]).all(axis=1))
+        values = _row(columns, int(rows[-1]))
+        key = ", ".join(self.schema.key)
+        where = "a present row" if stored else "another row of the batch"
+        raise BatchError(
+            f"table {self.schema.name!r}: row {values} has the primary key ({key}) of "
+            f"{where}; a key holds one row (delete the old row in the same batch to replace it)",
+            self.schema.name,
+            self.schema.key[0],
+            values,
+        )
+
+    # ------------------------------------------------------------------ changing
+    def commit(self, change: TableChange) -> None:
+        """Apply a prepared change (nothing else may have changed the table since)."""
+        if not change.net.size:
+            return
+        slots = change.slots.copy()
+        write = change.rewrite.copy()
+        unknown = np.flatnonzero(slots < 0)
+        if unknown.size:
+            found, new = self.index.get_or_insert(change.keys[unknown])
+            slots[unknown] = found
+            write[unknown[new]] = True
+            top = int(found.max()) + 1 if found.size else 0
+            if top > self.counts.size:
+                self._grow(max(top, 2 * self.counts.size))
+        if write.any():
+            at, rows = slots[write], change.rows[write]
             for column, target in self.values.items():
-                target[slots[new]] = change.frame[column].to_numpy()[rows]
-        self.counts[slots] += net
-        self.size += int(net.sum())
+                target[at] = change.columns[column][rows]
+        self.counts[slots] += change.net
+        self.size += int(change.net.sum())
         gone = slots[self.counts[slots] == 0]
         if gone.size:
             self.index.remove(gone)
+            for target in self.values.values():
+                if target.dtype == object:
+                    target[gone] = None  # release the strings
 
     def _grow(self, capacity: int) -> None:
+        """Room for slots below ``capacity`` (doubling: the copies are amortized O(1) per
+        row; the index's own capacity grows faster, but its unused slots need no room)."""
         counts = np.zeros(capacity, dtype=np.int64)
         counts[: self.counts.size] = self.counts
         self.counts = counts
@@ -124,20 +288,19 @@ class TableStore:
             grown[: old.size] = old
             self.values[column] = grown
 
-    def distinct(self) -> tuple[pd.DataFrame, np.ndarray]:
-        """The distinct rows (a typed frame) and their multiplicities."""
+    # ------------------------------------------------------------------ reading
+    def distinct(self) -> tuple[Columns, np.ndarray]:
+        """The distinct rows (typed columns) and their multiplicities."""
         slots = self.index.live_slots()
-        frame = pd.DataFrame(
-            {c: v[slots] for c, v in self.values.items()}, index=pd.RangeIndex(slots.size)
-        )
-        return frame, self.counts[slots].copy()
+        return {c: v[slots] for c, v in self.values.items()}, self.counts[slots].copy()
 
     def frame(self) -> pd.DataFrame:
         """The table's rows, each repeated by its multiplicity."""
-        frame, counts = self.distinct()
-        if (counts == 1).all():
-            return frame
-        return frame.loc[np.repeat(np.arange(len(frame)), counts)].reset_index(drop=True)
+        columns, counts = self.distinct()
+        if not (counts == 1).all():
+            repeat = np.repeat(np.arange(counts.size), counts)
+            columns = {c: v[repeat] for c, v in columns.items()}
+        return pd.DataFrame(columns, index=pd.RangeIndex(int(counts.sum())))
 
     def __len__(self) -> int:
         return self.size
@@ -148,7 +311,7 @@ def check_batches(
 ) -> dict[str, TableChange]:
     """Type-check batches of any tables (names matched like SQL identifiers) and the
     deletes of every table, several batches of one table taken together; nothing changes."""
-    frames: dict[str, list[pd.DataFrame]] = {}
+    parts: dict[str, list[Columns]] = {}
     signs: dict[str, list[np.ndarray]] = {}
     for batch in batches:
         if not isinstance(batch, UpdateBatch):
@@ -162,22 +325,77 @@ def check_batches(
                 batch.relation,
             )
         schema = store.schema
-        frame = schema.conform(batch.rows)
+        columns = schema.conform_columns(batch.rows)
+        n = len(columns[schema.columns[0]])
         sign = batch.signs()
-        if sign.shape != (len(frame),):
+        if sign.shape != (n,):
             raise BatchError(
-                f"table {schema.name!r}: {sign.shape[0]} multiplicities for {len(frame)} rows",
+                f"table {schema.name!r}: {sign.shape[0]} multiplicities for {n} rows",
                 schema.name,
                 "multiplicity",
             )
-        frames.setdefault(schema.name, []).append(frame)
+        parts.setdefault(schema.name, []).append(columns)
         signs.setdefault(schema.name, []).append(sign)
     changes = {}
-    for table, parts in frames.items():
-        frame = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
-        if len(frame):
-            changes[table] = stores[table].prepare(frame, np.concatenate(signs[table]))
+    for table, pieces in parts.items():
+        columns = (
+            pieces[0]
+            if len(pieces) == 1
+            else {c: np.concatenate([p[c] for p in pieces]) for c in pieces[0]}
+        )
+        if len(columns[stores[table].schema.columns[0]]):
+            changes[table] = stores[table].prepare(columns, np.concatenate(signs[table]))
     return changes
+
+
+def _key_groups(images: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """None when every row's key is distinct (the usual batch: one sort of 64-bit
+    values); else each distinct key's first row and every row's key number (exact)."""
+    n, width = images.shape
+    flat = images[:, 0] if width == 1 else hash_rows(images).view(np.int64)
+    ordered = np.sort(flat)
+    if n < 2 or (ordered[1:] != ordered[:-1]).all():
+        return None
+    if width == 1:
+        _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
+    else:
+        _, first, inverse = np.unique(images, axis=0, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
+
+
+def _row_groups(columns: Columns, schema: TableSchema) -> tuple[np.ndarray, np.ndarray]:
+    """Exact groups of equal rows: each group's first row and every row's group number
+    (per column the codes of ``pd.factorize``, which compares values, then the distinct
+    rows of codes)."""
+    codes = []
+    for column, kind in zip(schema.columns, schema.types, strict=True):
+        values = columns[column]
+        codes.append(pd.factorize(values + 0.0 if kind == "float" else values)[0])
+    _, first, inverse = np.unique(
+        np.stack(codes, axis=1), axis=0, return_index=True, return_inverse=True
+    )
+    return first, inverse.ravel()
+
+
+def _sum_by(groups: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """Exact int64 sums of ``values`` per group number."""
+    out = np.zeros(size, dtype=np.int64)
+    np.add.at(out, groups, values)
+    return out
+
+
+def _python(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _row(columns: Columns, row: int) -> dict:
+    if isinstance(columns, pd.DataFrame):
+        columns = {c: columns[c].to_numpy() for c in columns.columns}
+    out = {}
+    for column, values in columns.items():
+        value = values[row]
+        out[column] = pd.Timestamp(value) if isinstance(value, np.datetime64) else _python(value)
+    return out
 
 
 def _empty(kind: str, n: int) -> np.ndarray:
@@ -188,4 +406,4 @@ def _empty(kind: str, n: int) -> np.ndarray:
         "date": "datetime64[ns]",
         "bool": bool,
     }[kind]
-    return np.zeros(n, dtype=dtype) if kind != "str" else np.full(n, "", dtype=object)
+    return np.zeros(n, dtype=dtype) if kind != "str" else np.full(n, None, dtype=object)

@@ -107,7 +107,7 @@ class Feed:
     def prepare(self, updates: Sequence[UpdateBatch]) -> tuple[list[UpdateBatch], dict]:
         """The engine batches of base-table updates, and the checked changes to commit."""
         changes = check_batches(self.tables, updates)
-        typed = {t: (c.frame, c.signs) for t, c in changes.items()}
+        typed = {t: (c.columns, c.signs) for t, c in changes.items()}
         return item_batches(self._atoms, typed, "the training query"), changes
 
     def commit(self, changes: dict[str, TableChange]) -> None:

@@ -43,6 +43,31 @@ def engine_groups(maintainer: Maintainer, plan: ViewPlan) -> tuple[dict, dict]:
     }
 
 
+class GroupKeys(Mapping):
+    """The key values of a set of groups, decoded per variable on first use (a read of an
+    ORDER BY ... LIMIT view decodes only the groups it keeps: :meth:`take`)."""
+
+    def __init__(self, maintainer: Maintainer, free: Sequence[str], codes: np.ndarray) -> None:
+        self._maintainer, self._free, self._codes = maintainer, tuple(free), codes
+        self._decoded: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, variable: str) -> np.ndarray:
+        if variable not in self._decoded:
+            column = self._free.index(variable)
+            self._decoded[variable] = self._maintainer.decode(variable, self._codes[:, column])
+        return self._decoded[variable]
+
+    def __iter__(self):
+        return iter(self._free)
+
+    def __len__(self) -> int:
+        return len(self._free)
+
+    def take(self, rows: np.ndarray) -> GroupKeys:
+        """The keys of the groups at ``rows``."""
+        return GroupKeys(self._maintainer, self._free, self._codes[rows])
+
+
 def _parts(payload) -> list[np.ndarray]:
     """The component arrays of a payload batch (one ring, or a product of rings)."""
     return [np.asarray(p) for p in (payload if isinstance(payload, tuple) else (payload,))]
@@ -104,7 +129,10 @@ class View:
 
     def to_pandas(self) -> pd.DataFrame:
         """The view's current rows (ORDER BY/LIMIT applied)."""
-        keys, components = engine_groups(self.maintainer, self.plan)
+        groups = self.maintainer.groups()
+        keys = GroupKeys(self.maintainer, groups.free, groups.codes)
+        parts = _parts(groups.payload)
+        components = {c.name: p for c, p in zip(self.plan.components, parts, strict=True)}
         return view_rows(self.plan, keys, components)
 
     def to_arrow(self):
@@ -161,39 +189,44 @@ class View:
         return f"View({self.name!r}, strategy={self.strategy!r}, columns={list(self.columns)})"
 
     # ---------------------------------------------------------------- feeding
-    def batches(self, changes: Mapping[str, tuple[pd.DataFrame, np.ndarray]]) -> list:
+    def batches(self, changes: Mapping[str, tuple[Mapping[str, np.ndarray], np.ndarray]]) -> list:
         """Per alias over a changed table, its rows of the change (engine batches)."""
         return item_batches(self._by_table, changes, f"view {self.name!r}")
 
 
 def item_batches(
     atoms: Mapping[str, Sequence[AtomPlan]],
-    changes: Mapping[str, tuple[pd.DataFrame, np.ndarray]],
+    changes: Mapping[str, tuple[Mapping[str, np.ndarray], np.ndarray]],
     owner: str,
 ) -> list[UpdateBatch]:
-    """The engine batches of typed table changes: per FROM item over a changed table
-    (``atoms``: table -> its items), the rows it sees."""
+    """The engine batches of typed table changes (per table its typed columns and their
+    multiplicities): per FROM item over a changed table (``atoms``: table -> its items),
+    the rows it sees."""
     out = []
-    for table, (frame, signs) in changes.items():
+    for table, (columns, signs) in changes.items():
         for atom in atoms.get(table, ()):
-            rows, mult = alias_rows(atom, frame, signs, owner)
+            rows, mult = alias_rows(atom, columns, signs, owner)
             if len(rows):
                 out.append(UpdateBatch(atom.alias, rows, mult))
     return out
 
 
 def alias_rows(
-    atom: AtomPlan, frame: pd.DataFrame, signs: np.ndarray, owner: str
+    atom: AtomPlan, columns: Mapping[str, np.ndarray] | pd.DataFrame, signs: np.ndarray, owner: str
 ) -> tuple[pd.DataFrame, np.ndarray]:
-    """The rows of a typed table batch that ``atom`` sees: filtered, projected on the
-    atom's columns (computed ones evaluated), with their multiplicities."""
-    env = {c: frame[c].to_numpy() for c in frame.columns}
-    n = len(frame)
+    """The rows of a typed table batch (its columns, or a frame) that ``atom`` sees:
+    filtered, projected on the atom's columns (computed ones evaluated), with their
+    multiplicities."""
+    if isinstance(columns, pd.DataFrame):
+        env = {c: columns[c].to_numpy() for c in columns.columns}
+    else:
+        env = dict(columns)
+    n = len(signs)
     try:
         if atom.filter is not None and n:
             keep = truth(atom.filter, env, n)
             if not keep.all():
-                env = {c: v[keep] for c, v in env.items()}
+                env = _Filtered(env, keep)
                 signs = signs[keep]
                 n = int(keep.sum())
         columns = {}
@@ -213,6 +246,19 @@ def alias_rows(
             error.value,
         ) from None
     return pd.DataFrame(columns, index=pd.RangeIndex(n)), signs
+
+
+class _Filtered(dict):
+    """The rows of the columns in ``columns`` that ``keep`` selects, each column gathered
+    when an expression first reads it (an atom reads few of a table's columns)."""
+
+    def __init__(self, columns: Mapping[str, np.ndarray], keep: np.ndarray) -> None:
+        super().__init__()
+        self._columns, self._keep = columns, keep
+
+    def __missing__(self, name: str) -> np.ndarray:
+        value = self[name] = self._columns[name][self._keep]
+        return value
 
 
 class Database:
@@ -263,6 +309,8 @@ class Database:
         for name, schema in sorted(self.tables.items()):
             pairs = zip(schema.columns, schema.types, strict=True)
             out[f"table {name}"] = [list(pair) for pair in pairs]
+            if schema.key:
+                out[f"table {name}"].append(["PRIMARY KEY", list(schema.key)])
         for name, view in sorted(self._views.items()):
             out[f"view {name}"] = view.description()
         return out
@@ -363,7 +411,7 @@ class Database:
         changes = self._check(batches)
         if not changes:
             return
-        typed = {t: (c.frame, c.signs) for t, c in changes.items()}
+        typed = {t: (c.columns, c.signs) for t, c in changes.items()}
         touched = [v for v in self._views.values() if set(v.plan.tables) & set(typed)]
         # a LIMIT/OFFSET view's diff needs its whole result before (other groups move in)
         before = {v.name: v.to_pandas() for v in touched if v._subscribers and v.windowed}
@@ -413,8 +461,9 @@ class Database:
         contents = {}
         for table in plan.tables:
             if table in schemas:  # a view: its current rows, as a table's
-                frame = schemas[table].conform(self._views[table].to_pandas())
-                contents[table] = (frame, np.ones(len(frame), dtype=np.int64))
+                columns = schemas[table].conform_columns(self._views[table].to_pandas())
+                n = len(columns[schemas[table].columns[0]])
+                contents[table] = (columns, np.ones(n, dtype=np.int64))
             else:
                 contents[table] = self._tables[table].distinct()
         once = View("query", plan, "recompute")
