@@ -124,12 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     demo.set_defaults(run=_demo)
     bench = commands.add_parser(
         "bench",
-        help="run a benchmark from benchmarks/ (engine, rings, models or spark)",
+        help="run a benchmark from benchmarks/ (engine, rings, models, spark or sql_tpch)",
         description="Run benchmarks/<BENCHMARK>.py of the source checkout; every option "
         "after the name goes to the script (e.g. ringml bench engine --quick; "
         "ringml bench spark --help). Results go to benchmarks/results/.",
     )
-    bench.add_argument("benchmark", choices=["engine", "rings", "models", "spark"])
+    bench.add_argument("benchmark", choices=["engine", "rings", "models", "spark", "sql_tpch"])
     bench.add_argument("options", nargs=argparse.REMAINDER, help="options for the script")
     bench.set_defaults(run=_bench)
     explain = commands.add_parser(
