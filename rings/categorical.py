@@ -51,7 +51,16 @@ Accumulators (the payloads of stored views) keep that table in a deferred form w
 are added into (:class:`GCBatch`, :class:`_Deferred`): one packed integer key per entry, a
 main sorted run updated in place and a small sorted pending run for new keys, merged into
 the main run only when it passes a quarter of it, so adding a delta costs in proportion to
-the delta (amortized), not to the stored table.
+the delta (amortized), not to the stored table.  A take from such a table stays packed (the
+taken rows' ranges, re-keyed; decoded only when read as columns).  Accumulators also hold
+only the continuous-product columns that ever received a value (``GCBatch.pcols``).
+
+Products of many rows (:meth:`~GeneralizedCovarianceRing.batch_mul_sum`, every view step of
+F-IVM) over factors with disjoint variables are fused: instead of multiplying factor by
+factor and sorting the growing sparse table after each step, every term is followed from
+the step that bears it through the same floating-point operations, and each block of terms
+is summed once, in the order the stepwise product would sum it: the result is the same bit
+for bit, for a fraction of the work when a batch touches many rows (shuffled streams).
 
 Numerics (as :class:`~ringml.rings.covariance.CovarianceRing`): every continuous variable
 ``i`` gets a fixed *shift* ``h_i``, chosen at its first lift (that batch's mean, rounded to
@@ -324,6 +333,11 @@ def _merge_runs(
     old: list[np.ndarray], new: list[np.ndarray], old_key: np.ndarray, new_key: np.ndarray
 ) -> list[np.ndarray]:
     """Columns of two sorted runs with disjoint keys merged into one sorted run."""
+    if 16 * len(new_key) > len(old_key) > 4096:
+        # runs of similar sizes: numpy's stable sort (timsort) merges the two runs of the
+        # concatenation in one linear pass, faster than binary searches for every new key
+        order = np.argsort(np.concatenate([old_key, new_key]), kind="stable")
+        return [np.concatenate([a, b])[order] for a, b in zip(old, new, strict=True)]
     at = np.searchsorted(old_key, new_key) + np.arange(len(new_key), dtype=np.int64)
     is_new = np.zeros(len(old_key) + len(new_key), dtype=bool)
     is_new[at] = True
@@ -1741,11 +1755,16 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         plain one packed; None when empty, ValueError when a code is negative."""
         d = f._deferred
         if d is not None and _pow2(d.k1) and _pow2(d.k2):
-            d.settle()  # pending entries merged, zeros dropped (the same table)
-            if not len(d.mkey):
+            # zero entries may stay: every term they make is zero, and zeros are dropped
+            key, value = d.mkey, d.mval
+            rows = d.rows if d.rows is not None else key // d.span
+            if len(d.pkey):  # pending entries merged into their rows
+                key, value, rows = _merge_runs(
+                    [key, value, rows], [d.pkey, d.pval, d.pkey // d.span], key, d.pkey
+                )
+            if not len(key):
                 return None
-            rows = d.rows if d.rows is not None else d.mkey // d.span
-            return _Table(rows, d.mkey - rows * d.span, d.mval, d.k1, d.k2, d.e)
+            return _Table(rows, key - rows * d.span, value, d.k1, d.k2, d.e)
         if not f.nnz:
             return None
         key1, key2 = f.key1, f.key2
@@ -1840,6 +1859,12 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             return None
         ww = width * width
         unit = [bool((f.count == 1).all()) for f in fs]  # multiplying by them changes nothing
+        before: list[np.ndarray | None] = [None]  # before[w]: A's count when f_w comes
+        running = fs[0].count
+        for f in fs[1:]:
+            before.append(running)
+            running = running * f.count
+        before_one = [False] + [bool((c == 1).all()) for c in before[1:]]
 
         # terms by block, with the step that bore them: [step, positions, (n, m) values],
         # [step, rows, key, values, table] (key-grouped; table: the packing of key, None
@@ -1856,17 +1881,28 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             raw = f.sums[:, mine]
             tb = raw_tables[w]
             s_rows, s_key, s_val = _EMPTY_I, _EMPTY_I, _EMPTY_F
-            table = None
             if tb is not None:
+                # f_w's own entries: scaled in row order by A's count and every later count
+                # (their whole life, known now), then sorted by key and summed
+                value = tb.value
+                scale = [before[w]] if w and not before_one[w] else []
+                scale += [g.count for u, g in enumerate(fs[w + 1 :], w + 1) if not unit[u]]
+                for i, c in enumerate(scale):
+                    if i == 0:
+                        value = value * c[tb.rows]
+                    else:
+                        np.multiply(value, c[tb.rows], out=value)
                 key = tb.local
                 if groups is not None:
                     key = key + groups[tb.rows] * tb.span
                 order = _stable_argsort(key)
-                table = [tb.rows[order], key[order], tb.value[order]]
-                local = table[1] % tb.span if groups is not None else table[1]
+                key = key[order]
+                reduced.append(self._table_sums(key, value[order], tb, span, width))
+                local = key % tb.span if groups is not None else key
                 is_s = local < q * tb.k1 * tb.k2
-                if is_s.any():  # f_w's s_j entries in key order, keyed as results
-                    s_rows, s_val = table[0][is_s], table[2][is_s]
+                if is_s.any():  # f_w's s_j entries in key order (raw), keyed as results
+                    at = order[is_s]
+                    s_rows, s_val = tb.rows[at], tb.value[at]
                     local = local[is_s]
                     s_key = ((local >> tb.shift) * width + ((local >> tb.b2) & (tb.k1 - 1))) * width
                     if groups is not None:
@@ -1875,8 +1911,6 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
                 sums.append(raw)
                 if len(own_pos[0]):
                     dense.append([0, own_pos[0], self._product_columns(f, own_pos[0])])
-                if table is not None:
-                    tables.append([0, *table, tb])
                 a_rows, a_key, a_val = s_rows, s_key, s_val
                 continue
             ca, cb = count, f.count
@@ -1907,7 +1941,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
                     else:
                         pairs = self._pair_block(a_rows, a_key, a_val, tb, n, width, span, groups)
                         if pairs is not None:
-                            tables.append([w, *pairs, None])
+                            tables.append([w, *pairs])
             # the running state moves to A * f_w (x * 1.0 is x: all-one counts skipped)
             ca_one = bool((ca == 1).all())
             if not unit[w]:
@@ -1927,10 +1961,6 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
                 if not ca_one:
                     np.multiply(own, ca[:, None], out=own)
                 dense.append([w, own_pos[w], own])
-            if table is not None:
-                if not ca_one:
-                    table[2] = table[2] * ca[table[0]]
-                tables.append([w, *table, tb])
             count = ca * cb
 
         # every term scaled by the counts of the factors after its birth, in order
@@ -1955,12 +1985,14 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         g_rows = groups if groups is not None else np.zeros(n, dtype=np.int64)
         out_count = _scatter_rows(count, g_rows, n_groups)
         out_sums = np.zeros((n_groups, p))
-        for mine, s in zip(owned, sums, strict=True):
-            if len(mine):
-                out_sums[:, mine] = _scatter_rows(s, g_rows, n_groups)
+        held = [(mine, s) for mine, s in zip(owned, sums, strict=True) if len(mine)]
+        if held:  # every factor's columns side by side: one bincount
+            at = np.concatenate([mine for mine, _ in held])
+            out_sums[:, at] = _scatter_rows(np.hstack([s for _, s in held]), g_rows, n_groups)
         out_prods = np.zeros((n_groups, self._packed))
-        for _, at, v in dense:
-            out_prods[:, at] = _scatter_rows(v, g_rows, n_groups)
+        if dense:
+            at = np.concatenate([at for _, at, _ in dense])
+            out_prods[:, at] = _scatter_rows(np.hstack([v for _, _, v in dense]), g_rows, n_groups)
         if not (
             math.isfinite(out_count.sum())
             and math.isfinite(out_sums.sum())
@@ -1971,14 +2003,8 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         # sparse part: every block summed per key, then the blocks' keys merged
         keys: list[np.ndarray] = [key for key, _ in reduced]
         values: list[np.ndarray] = [v for _, v in reduced]
-        for _, _, key, v, tb in tables:
+        for _, _, key, v in tables:
             key, v = _sum_runs(key, v)
-            if tb is not None:  # the factor's packing -> result keys
-                g, local = np.divmod(key, tb.span)
-                key = g * span + (
-                    ((local >> tb.shift) * width + ((local >> tb.b2) & (tb.k1 - 1))) * width
-                    + (local & (tb.k2 - 1))
-                )
             keys.append(key)
             values.append(v)
         for _, _, s_key, cols, m in cross:
@@ -1999,6 +2025,18 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         return self._make(
             out_count, out_sums, out_prods, g, entry, key1, key2, value, coalesce=False
         )
+
+    @staticmethod
+    def _table_sums(key, value, tb: _Table, span: int, width: int):
+        """A factor's own entries summed per key (``key`` sorted, in ``tb``'s packing plus
+        the group): (result keys, sums)."""
+        key, value = _sum_runs(key, value)
+        g, local = np.divmod(key, tb.span)
+        key = g * span + (
+            ((local >> tb.shift) * width + ((local >> tb.b2) & (tb.k1 - 1))) * width
+            + (local & (tb.k2 - 1))
+        )
+        return key, value
 
     def _sum_cross(self, s_key, cols, m, span: int, width: int):
         """Sums of ``SUM(X_i) GROUP BY X_j`` terms ``m[c, s]`` (continuous ``cols[c]``, s_j

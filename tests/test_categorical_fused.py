@@ -157,3 +157,47 @@ def test_housing_star_stream_is_bit_for_bit_the_stepwise_one():
         got = store.ring.batch_take(store.payload, slots)
         want = other.ring.batch_take(other.payload, slots)
         assert store.ring.batch_to_bytes(got) == other.ring.batch_to_bytes(want)
+
+
+@pytest.mark.parametrize("compensated", [False, True])
+def test_compact_products_are_the_full_ones(compensated):
+    """An accumulator holding only the product columns it received (the compact form) goes
+    through additions (new columns, zero and negative-zero values, repeated slots), clears,
+    resizes, takes and pickling exactly as one holding all columns."""
+    import pickle
+
+    rng = np.random.default_rng(11)
+    ring = G(["a", "b", "c"], ["u"], compensated=compensated)
+    compact = ring.batch_accumulator(8)
+    full = ring.batch_accumulator(8)
+    full._full()
+    assert compact.pcols is not None and full.pcols is None
+    for step in range(30):
+        n = len(compact)
+        m = int(rng.integers(1, n))
+        slots = rng.choice(n, m, replace=step % 7 == 5)  # sometimes repeated slots
+        names = rng.choice(["a", "b", "c", "u"], int(rng.integers(1, 4)), replace=False).tolist()
+        cols = [
+            rng.integers(0, 3, m) if v == "u" else rng.choice([0.0, -0.0, 1.5, -2.25, 1e-9], m)
+            for v in names
+        ]
+        values = ring.batch_scale(ring.batch_lift_many(names, cols), rng.choice([1, -1, 2], m))
+        compact = ring.batch_scatter_add(compact, slots, values)
+        full = ring.batch_scatter_add(full, slots, values)
+        if step % 5 == 4:
+            cleared = rng.choice(n, 2, replace=False)
+            compact, full = ring.batch_clear(compact, cleared), ring.batch_clear(full, cleared)
+        if step % 9 == 8:
+            compact, full = ring.batch_resize(compact, n + 5), ring.batch_resize(full, n + 5)
+        assert compact.pcols is not None and full.pcols is None
+        assert ring.batch_to_bytes(compact) == ring.batch_to_bytes(full)
+        idx = rng.integers(0, len(compact), 6)
+        assert ring.batch_to_bytes(ring.batch_take(compact, idx)) == ring.batch_to_bytes(
+            ring.batch_take(full, idx)
+        )
+    again = pickle.loads(pickle.dumps(compact))
+    assert again.pcols is not None and ring.batch_to_bytes(again) == ring.batch_to_bytes(full)
+    np.testing.assert_array_equal(compact.prods, full.prods)  # reading turns it full
+    assert compact.pcols is None
+    if compensated:
+        np.testing.assert_array_equal(compact.prods_lo, full.prods_lo)
