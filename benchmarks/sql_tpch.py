@@ -81,7 +81,7 @@ status 1.
 
 Results: ``benchmarks/results/sql_tpch.md`` (method, machine, load, commit, table, targets)
 and ``sql_tpch.csv`` (one row per run); ``--profile`` writes
-``profile-sql_tpch-fivm-qN.txt``.
+``profile-<tag>-fivm-qN.txt`` (tag: ``--tag``, default ``sql_tpch``).
 """
 
 from __future__ import annotations
@@ -1093,7 +1093,7 @@ def main(argv: list[str] | None = None) -> int:
         profiles = []
         if args.profile:
             for query in args.queries:
-                path = args.out / f"profile-sql_tpch-fivm-{query}.txt"
+                path = args.out / f"profile-{tag}-fivm-{query}.txt"
                 pspec = tmp / f"profile-{query}.pkl"
                 with open(pspec, "wb") as f:
                     pickle.dump(
