@@ -19,6 +19,11 @@ One MLflow run per maintained model (ecosystem notes §3 and §7).  :class:`Refr
   ``pip_requirements``; the version is registered under ``model_name`` with tags
   ``ringml.<metric>`` holding the refresh's metrics, and the ``champion`` alias moves to it
   (registry aliases, not the deprecated stages);
+* keeps every refresh's **coefficients** (:attr:`RefreshRecord.coefficients`; logged as
+  ``coef/…`` metrics too with ``log_coefficients=True``) and logs their history with the
+  holdout error as a table and a plot (:meth:`RefreshLogger.log_history`:
+  ``history/refreshes.csv``, ``history/history.png``), e.g. a model over a sliding window
+  against event time;
 * logs the **Chow–Liu tree** (:meth:`RefreshLogger.log_chow_liu`) as artifacts: an edge
   list (``edges.csv``), the tree with entropies (``tree.json``), the MI matrix when known
   (``mutual_info.csv``) and a picture (``tree.png``, drawn on matplotlib's Agg canvas
@@ -61,10 +66,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,7 +96,9 @@ __all__ = [
     "RefreshLogger",
     "RefreshRecord",
     "draw_chow_liu_tree",
+    "draw_refresh_history",
     "linear_model_spec",
+    "refresh_history",
     "resolve_tracking",
     "sqlite_tracking_uri",
 ]
@@ -199,6 +207,9 @@ class RefreshRecord:
     reason: str = ""
     version: str | None = None  # registered model version, when promoted
     model_uri: str | None = None  # ``models:/m-<id>`` of the logged model, when promoted
+    #: the refresh's coefficients by column name (``variable`` or ``variable=category``)
+    #: and ``(intercept)``; empty without a fitted model
+    coefficients: dict[str, float] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------ model snapshots
@@ -392,6 +403,108 @@ def draw_chow_liu_tree(tree: nx.Graph, path: str | os.PathLike[str], title: str 
     fig.savefig(path, format="png")
 
 
+# ------------------------------------------------------------------ refresh history
+def _column_name(column: Any) -> str:
+    """A solver column as people read it: ``variable`` or ``variable=category``."""
+    if isinstance(column, tuple):
+        return f"{column[0]}={_plain(column[1])}"
+    return str(column)
+
+
+def _coefficients(result: RegressionResult | None) -> dict[str, float]:
+    if result is None:
+        return {}
+    out = {_column_name(c): float(b) for c, b in zip(result.columns, result.coef, strict=True)}
+    out["(intercept)"] = float(result.intercept)
+    return out
+
+
+def _coefficient_metric(name: str) -> str:
+    """The MLflow metric key of a coefficient (only characters MLflow accepts)."""
+    if name == "(intercept)":
+        return "coef/intercept"
+    parts = name.split("=", 1)
+    return "coef/" + "/".join(re.sub(r"[^\w.\- ]", "_", p) for p in parts)
+
+
+def refresh_history(records: Sequence[RefreshRecord]) -> pd.DataFrame:
+    """One row per refresh: ``step``, its metrics, and its coefficients (``coef:<name>``)."""
+    rows = []
+    for r in records:
+        row: dict[str, Any] = {"step": r.step, **r.metrics}
+        row.update({f"coef:{k}": v for k, v in r.coefficients.items()})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def draw_refresh_history(
+    records: Sequence[RefreshRecord],
+    path: str | os.PathLike[str],
+    *,
+    x: str | None = None,
+    columns: Sequence[str] | None = None,
+    scales: Mapping[str, float] | None = None,
+    errors: Sequence[str] = ("holdout_rmse", "train_rmse"),
+    max_columns: int = 8,
+    title: str = "",
+) -> None:
+    """Plot coefficients (top) and error metrics (bottom) over the refreshes to a PNG.
+
+    ``x`` names a metric to put on the horizontal axis (e.g. a window's end in event time;
+    refreshes without it are left out), else the refresh step.  ``columns`` picks the
+    coefficients (names as in :attr:`RefreshRecord.coefficients`), else the
+    ``max_columns`` largest in magnitude at the last refresh; each is multiplied by
+    ``scales[name]`` when given (e.g. the feature's standard deviation, so that every line
+    is in label units).  ``errors`` are the metrics of the bottom panel that some refresh
+    has.  Drawn on matplotlib's Agg canvas (no pyplot, no global backend).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    table = refresh_history(records)
+    if x is not None:
+        if x not in table.columns:
+            raise ValueError(f"no refresh has the metric {x!r} to plot against")
+        table = table[table[x].notna()]
+    xs = table[x] if x is not None else table["step"] if len(table) else pd.Series(dtype=float)
+    scales = dict(scales or {})
+    fitted = table.dropna(subset=["coef:(intercept)"]) if "coef:(intercept)" in table else None
+    if columns is None:
+        columns = []
+        if fitted is not None and len(fitted):
+            last = fitted.iloc[-1]
+            size = {
+                c[5:]: abs(float(last[c]) * scales.get(c[5:], 1.0))
+                for c in fitted.columns
+                if c.startswith("coef:") and c != "coef:(intercept)" and pd.notna(last[c])
+            }
+            columns = sorted(size, key=lambda c: -size[c])[: int(max_columns)]
+    fig = Figure(figsize=(9.0, 7.0), dpi=100)
+    FigureCanvasAgg(fig)
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
+    for name in columns:
+        key = f"coef:{name}"
+        if key not in table.columns:
+            raise ValueError(f"no refresh has a coefficient {name!r}")
+        scale = scales.get(name, 1.0)
+        label = name if scale == 1.0 else f"{name} (× {scale:.3g})"
+        top.plot(xs, table[key] * scale, marker=".", lw=1.2, label=label)
+    top.axhline(0.0, color="grey", lw=0.6)
+    top.set_ylabel("coefficient" + (" × scale" if scales else ""))
+    if columns:
+        top.legend(fontsize=8, loc="best", ncols=2)
+    top.set_title(title or "coefficients and error over the refreshes")
+    shown = [e for e in errors if e in table.columns and table[e].notna().any()]
+    for name in shown:
+        bottom.plot(xs, table[name], marker=".", lw=1.2, label=name)
+    if shown:
+        bottom.legend(fontsize=8, loc="best")
+    bottom.set_ylabel("error")
+    bottom.set_xlabel(x or "refresh")
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+
+
 # ------------------------------------------------------------------ the logger
 class RefreshLogger:
     """Log every refresh of a maintained linear model to one MLflow run; promote champions.
@@ -411,6 +524,9 @@ class RefreshLogger:
     tags : run tags.
     pip_requirements : the logged model's requirements (default: pinned ``mlflow``,
         ``numpy`` and ``pandas`` -- all the pyfunc code needs).
+    log_coefficients : also log every coefficient as a metric per refresh
+        (``coef/<variable>``, ``coef/<variable>/<category>``, ``coef/intercept``); every
+        :class:`RefreshRecord` keeps them either way, for :meth:`log_history`.
     """
 
     def __init__(
@@ -429,6 +545,7 @@ class RefreshLogger:
         tags: Mapping[str, str] | None = None,
         pip_requirements: list[str] | None = None,
         example_rows: int = 5,
+        log_coefficients: bool = False,
     ) -> None:
         self.model_name = model_name
         self.experiment = experiment
@@ -445,6 +562,7 @@ class RefreshLogger:
             f"pandas=={pd.__version__}",
         ]
         self.example_rows = int(example_rows)
+        self.log_coefficients = bool(log_coefficients)
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
         self.step = 0
         self.rows_applied_total = 0
@@ -662,15 +780,19 @@ class RefreshLogger:
         elif promote is None:
             reason = "no promotion rule"
         metrics["promoted"] = 1.0 if promoted else 0.0
+        coefficients = _coefficients(result)
+        logged = dict(metrics)
+        if self.log_coefficients:
+            logged.update({_coefficient_metric(k): v for k, v in coefficients.items()})
         timestamp = int(time.time() * 1000)
         self.client.log_batch(
             self._run_id,
-            metrics=[Metric(k, v, timestamp, self.step) for k, v in metrics.items()],
+            metrics=[Metric(k, v, timestamp, self.step) for k, v in logged.items()],
         )
         version = uri = None
         if promoted:
             version, uri = self._promote(snap, metrics, self._example(holdout))
-        record = RefreshRecord(self.step, metrics, promoted, reason, version, uri)
+        record = RefreshRecord(self.step, metrics, promoted, reason, version, uri, coefficients)
         self.records.append(record)
         return record
 
@@ -814,6 +936,50 @@ class RefreshLogger:
             self._run_id, "chow_liu_total_mi", doc["total_mutual_info_bits"], step=metric_step
         )
         return [f"{where}/{name}" for name in names]
+
+    # ------------------------------------------------------------- history
+    def log_history(
+        self,
+        *,
+        artifact_path: str = "history",
+        x: str | None = None,
+        columns: Sequence[str] | None = None,
+        standardize: bool = True,
+        errors: Sequence[str] = ("holdout_rmse", "train_rmse"),
+        title: str = "",
+    ) -> list[str]:
+        """Log this run's refreshes so far as ``refreshes.csv`` (one row per refresh: its
+        metrics and coefficients) and ``history.png`` (:func:`draw_refresh_history`) under
+        ``artifact_path``; returns the artifact paths.
+
+        ``standardize``: a continuous feature's coefficient is drawn times the feature's
+        standard deviation in the holdout (its effect in label units; one-hot columns are
+        already in label units), so that lines of features in different units compare.
+        ``x``, ``columns``, ``errors``, ``title``: see :func:`draw_refresh_history`.
+        """
+        self.start()
+        scales: dict[str, float] = {}
+        if standardize and self.holdout is not None and len(self.holdout):
+            for name in {k for r in self.records for k in r.coefficients}:
+                if name in self.holdout.columns:
+                    values = pd.to_numeric(self.holdout[name], errors="coerce")
+                    sd = float(values.std(ddof=0))
+                    if math.isfinite(sd) and sd > 0:
+                        scales[name] = sd
+        with tempfile.TemporaryDirectory(prefix="ringml-history-") as tmp:
+            refresh_history(self.records).to_csv(Path(tmp, "refreshes.csv"), index=False)
+            draw_refresh_history(
+                self.records,
+                Path(tmp, "history.png"),
+                x=x,
+                columns=columns,
+                scales=scales,
+                errors=errors,
+                title=title,
+            )
+            names = sorted(os.listdir(tmp))
+            self.client.log_artifacts(self._run_id, tmp, artifact_path)
+        return [f"{artifact_path}/{name}" for name in names]
 
 
 def _synthetic_example(spec: Mapping[str, Any]) -> pd.DataFrame:
