@@ -11,6 +11,9 @@ and runs it with the operators of :mod:`ringml.operators`:
   them (the flat join of the delta) and aggregated.
 * ``recompute``: the query is evaluated from scratch -- flat join, then aggregate -- after
   every batch.
+* ``higher_order``: DBToaster's recursive delta materialization (the viewlet transform): the
+  delta view of every stored view for every relation in it is stored too, recursively; an
+  update joins its delta with the (decomposed) delta views of each stored view it occurs in.
 
 All share validation, encoding and the result interface, so they can be compared on
 identical streams.  Every apply returns the change of the result it caused
@@ -20,6 +23,7 @@ identical streams.  Every apply returns the change of the result it caused
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -32,14 +36,21 @@ from .encoding import Dictionary
 from .enumeration import enumerate_nu
 from .errors import BatchError, InputTypeError, SchemaError
 from .nu_tree import NuTree, build_nu, nu_order
-from .plan import MaintenancePlan, first_order_plan, fivm_plan, recompute_order, recompute_plan
+from .plan import (
+    MaintenancePlan,
+    first_order_plan,
+    fivm_plan,
+    higher_order_plan,
+    recompute_order,
+    recompute_plan,
+)
 from .query import Atom, Query, fingerprint
 from .rings.base import RingError
 from .store import ViewStore, group_rows
 from .variable_order import VariableOrder
 from .view_tree import AtomLeaf, Node, ViewNode, ViewTree, has_siblings
 
-STRATEGIES = ("fivm", "first_order", "recompute")
+STRATEGIES = ("fivm", "first_order", "recompute", "higher_order")
 _PLANS = {"first_order": first_order_plan, "recompute": recompute_plan}
 
 
@@ -90,9 +101,12 @@ class Maintainer:
         self.order = nu_order(query) if nu and default else _resolve_order(query, order)
         self.tree = (build_nu if nu else ViewTree.build)(query, self.order, self.updatable)
         lifted = self.ring.lifted_variables
-        self.plan: MaintenancePlan = (
-            fivm_plan(self.tree, lifted) if strategy == "fivm" else _PLANS[strategy](query, lifted)
-        )
+        if strategy == "fivm":
+            self.plan: MaintenancePlan = fivm_plan(self.tree, lifted)
+        elif strategy == "higher_order":
+            self.plan = higher_order_plan(query, lifted, self.updatable)
+        else:
+            self.plan = _PLANS[strategy](query, lifted)
         self._dictionaries = self._make_dictionaries()
         # with checked deletes every multiplicity is >= 0, so a key exists iff it has
         # derivations: stores count them exactly instead of trusting float payloads
@@ -120,9 +134,7 @@ class Maintainer:
         # change; a view below it sums per key few changes of shifted values, exactly
         # enough in plain float64 (and a key's payload is reset when its count reaches 0)
         self._stores: dict[int, ViewStore] = {
-            i: ViewStore(
-                self.plan.views[i].keys, self.ring, self._journal, i == self.plan.root
-            )
+            i: ViewStore(self.plan.views[i].keys, self.ring, self._journal, i == self.plan.root)
             for i in self.plan.stored(loading=True)
         }
         self._runs: dict[str, tuple] = {}  # per atom: its leaf store and steps' stores
@@ -362,9 +374,9 @@ class Maintainer:
     def explain(self) -> str:
         """The variable order, the view tree and which views are stored, and the plan."""
         header = f"strategy: {self.strategy}; ring: {type(self.ring).__name__}"
-        if self.strategy != "fivm":
+        if self.strategy in ("first_order", "recompute"):
             header += "\nstores base relations only: " + ", ".join(self.query.relations)
-        else:
+        elif self.strategy == "fivm":
             header += "\n" + self.tree.explain()
         return header + "\n" + self.plan.explain()
 
@@ -582,7 +594,7 @@ class Maintainer:
         leaf, leaf_store, steps = self._run_of(atom.name)
         if leaf_store is not None:
             ops.add_product(self._ctx, leaf_store, leaf.keys, factors)
-        for view, siblings, store in steps:
+        for view, _, siblings, store in steps:
             factors = ops.factorized_step(self._ctx, view, siblings, factors)
             if store is not None:
                 ops.add_product(self._ctx, store, view.keys, factors)
@@ -599,38 +611,52 @@ class Maintainer:
     # ------------------------------------------------------------------ plan
     def _run_of(self, atom: str) -> tuple:
         """The trigger of ``atom`` with its stores resolved: the leaf's store (or None) and
-        per step its view, sibling stores and own store (or None); fixed once loading is
-        over, so worked out once (cleared when loading ends)."""
+        per step its view (with the step's own marginalization), the view its delta starts
+        from, sibling stores and own store (or None); steps whose delta no one keeps or
+        reads are left out.  Fixed once loading is over, so worked out once (cleared when
+        loading ends)."""
         run = self._runs.get(atom)
         if run is None:
             trigger = next(t for ts in self.plan.triggers.values() for t in ts if t.atom == atom)
             leaf = self.plan.views[trigger.leaf]
-            steps = tuple(
-                (
-                    self.plan.views[s.view],
-                    tuple((self._stores[i], self.plan.views[i].keys) for i in s.siblings),
-                    self._stores.get(s.view),
+            steps = []
+            for i, s in enumerate(trigger.steps):
+                store = self._stores.get(s.view)
+                read = s.view == self.plan.root or any(
+                    later.child == s.view for later in trigger.steps[i + 1 :]
                 )
-                for s in trigger.steps
-            )
-            run = (leaf, self._stores.get(trigger.leaf), steps)
+                if store is None and not read:
+                    continue
+                view = self.plan.views[s.view]
+                if s.marginalized is not None:
+                    lifted = tuple(v for v in view.lifted if v in s.marginalized)
+                    view = replace(view, marginalized=s.marginalized, lifted=lifted)
+                siblings = tuple((self._stores[j], self.plan.views[j].keys) for j in s.siblings)
+                steps.append((view, s.child, siblings, store))
+            run = (leaf, self._stores.get(trigger.leaf), tuple(steps))
             self._runs[atom] = run
         return run
 
     def _trigger(self, atom: Atom, delta: ops.Rows, roots: list[ops.Rows]) -> None:
-        """Run ``atom``'s trigger on a delta; the root's delta goes to ``roots``."""
+        """Run ``atom``'s trigger on a delta; the root's delta goes to ``roots``.  Each step
+        starts from the delta of its child (the leaf's, or an earlier step's); a delta that
+        joined nothing changes no view above it."""
         leaf, leaf_store, steps = self._run_of(atom.name)
         if leaf_store is not None:
             ops.add_grouped(self._ctx, leaf_store, leaf.keys, delta)
-        view = leaf
-        for view, siblings, store in steps:
-            delta = ops.step(self._ctx, view, siblings, delta)
-            if ops.size(self._ctx, delta) == 0:  # joined nothing: no view above changes
-                return
+        deltas = {leaf.id: delta}
+        for view, child, siblings, store in steps:
+            source = deltas.get(child)
+            if source is None:  # the child's delta joined nothing
+                continue
+            delta = ops.step(self._ctx, view, siblings, source)
+            if ops.size(self._ctx, delta) == 0:
+                continue
+            deltas[view.id] = delta
             if store is not None:
                 ops.add(self._ctx, store, view.keys, delta)
-        if view.id == self.plan.root and not self.plan.recompute:
-            roots.append(delta)
+            if view.id == self.plan.root and not self.plan.recompute:
+                roots.append(delta)
 
     def _recompute(self) -> None:
         """Evaluate the root from the stored leaves (the ``recompute`` strategy)."""

@@ -11,7 +11,12 @@ naming the sibling views the delta joins.  Strategies are plan builders:
 * :func:`first_order_plan` -- classic first-order IVM: the base relations are stored, and a
   delta is joined with all of them (connected ones first) and aggregated into the result;
 * :func:`recompute_plan` -- the base relations are stored and the result is evaluated from
-  scratch after every batch.
+  scratch after every batch;
+* :func:`higher_order_plan` -- DBToaster's higher-order IVM (the viewlet transform): for every
+  atom R of a stored view V the delta view ∂V/∂R (the rest of V's join, aggregated to the
+  variables it shares with R or keeps) is stored too, split into connected pieces, and
+  recursively the delta views those need; an update of R joins δR with the pieces of ∂V/∂R,
+  for every stored V that R occurs in.
 
 The maintainer validates batches and runs the triggers with :mod:`ringml.operators`.
 """
@@ -47,12 +52,17 @@ class ViewSpec:
 @dataclass(frozen=True)
 class Step:
     """``δview = ⊕_{marginalized} (δchild ⊗ siblings ⊗ lifts)``, joining ``siblings`` in
-    order; the result is added to the view's store when ``stored``."""
+    order; the result is added to the view's store when ``stored``.
+
+    ``marginalized``, when given, are the variables this step sums out (and lifts) instead of
+    the view's own: a higher-order view is summed from the deltas of several atoms, each
+    bringing a different part of what the view marginalizes."""
 
     view: int
     child: int
     siblings: tuple[int, ...]
     stored: bool
+    marginalized: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,15 @@ class MaintenancePlan:
         """The triggers, step by step, naming the views they join and store into."""
         names = [v.name for v in self.views]
         lines = [f"maintenance plan ({self.strategy}):"]
+        if self.strategy == "higher_order":
+            lines.append("  views:")
+            for v in self.views:
+                if v.is_leaf:
+                    continue
+                atoms = " ⊗ ".join(names[c] for c in v.children) or "1"
+                summed = f"⊕_{{{', '.join(v.marginalized)}}} " if v.marginalized else ""
+                kept = " (stored)" if v.stored else " (while loading)"
+                lines.append(f"    {v.name}[{', '.join(v.keys)}] = {summed}{atoms}{kept}")
         for relation, triggers in self.triggers.items():
             for trigger in triggers:
                 leaf = self.views[trigger.leaf]
@@ -105,7 +124,10 @@ class MaintenancePlan:
                     joined = " ⊗ ".join(
                         [f"δ{names[step.child]}"] + [names[s] for s in step.siblings]
                     )
-                    summed = f"⊕_{{{', '.join(view.marginalized)}}} " if view.marginalized else ""
+                    marginalized = (
+                        view.marginalized if step.marginalized is None else step.marginalized
+                    )
+                    summed = f"⊕_{{{', '.join(marginalized)}}} " if marginalized else ""
                     into = " -> stored" if step.stored else ""
                     lines.append(
                         f"    δ{view.name}[{', '.join(view.keys)}] = {summed}{joined}{into}"
@@ -208,6 +230,152 @@ def _connected_order(atoms, start: int) -> tuple[int, ...]:
         order.append(nxt)
         bound |= set(atoms[nxt - 1].variables)
     return tuple(order)
+
+
+def higher_order_plan(
+    query: Query, lifted: Iterable[str], updatable: Iterable[str] | None = None
+) -> MaintenancePlan:
+    """DBToaster's recursive delta materialization (the viewlet transform, DBToaster §4-5).
+
+    A view is ``V[K] = ⊕_{vars(A) ∖ K} ⊗_{a ∈ A} a`` over a set A of atoms.  Its delta for
+    an update of atom R is ``⊕_{vars(R) ∖ K} δR ⊗ ∂V/∂R`` with ``∂V/∂R = ⊕ ⊗_{A ∖ R}`` keyed
+    by the variables of ``A ∖ R`` in K or in R; ∂V/∂R is split into the pieces its atoms
+    form when joined over the variables it sums out (DBToaster's rule 1: δR binds R's
+    variables, so pieces that met only there decompose), and each piece is a view of its
+    own, deduplicated by atoms and keys (``Δ_R Δ_S Q = Δ_S Δ_R Q``).  A delta over no atoms
+    is the constant 1 (no view: δR is lifted and summed alone).  The root is stored, and
+    recursively every piece a stored view's delta for an updatable relation needs; the
+    pieces only static relations' deltas need are kept while loading only.  Natural joins
+    have no input variables: every delta view is finitely supported.
+    """
+    lifted = frozenset(lifted)
+    atoms = list(query.atoms)
+    updatable = frozenset(query.relations if updatable is None else updatable)
+    order = {v: i for i, v in enumerate(query.variables)}
+    atom_vars = {a.name: set(a.variables) for a in atoms}
+    leaf_id = {a.name: i for i, a in enumerate(atoms, start=1)}
+    # views: (atoms in query order, keys) -> id; ids 0 (root), 1..k leaves, then in creation
+    defs: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
+        (tuple(a.name for a in atoms), tuple(query.free))
+    ]
+    index = {(frozenset(defs[0][0]), frozenset(defs[0][1])): 0}
+    names = ["V@result"]
+    steps: dict[str, list[Step]] = {a.name: [] for a in atoms}
+    needs: dict[int, dict[str, tuple[int, ...]]] = {}  # view -> atom -> piece ids
+
+    def view_id(members: tuple[str, ...], keys: tuple[str, ...]) -> int:
+        key = (frozenset(members), frozenset(keys))
+        if key not in index:
+            index[key] = len(defs)
+            defs.append((members, keys))
+            names.append(f"M{len(defs) - 1}@{'_'.join(members)}")
+        return index[key]
+
+    work = [0]
+    while work:
+        vid = work.pop(0)
+        members, keys = defs[vid]
+        variables = set().union(*(atom_vars[m] for m in members))
+        summed = variables - set(keys)
+        needs[vid] = {}
+        for a in members:
+            rest = [m for m in members if m != a]
+            rest_vars = set().union(*(atom_vars[m] for m in rest)) if rest else set()
+            rest_keys = rest_vars & (set(keys) | atom_vars[a])
+            pieces = _pieces(rest, atom_vars, rest_vars - rest_keys)
+            ids = []
+            for piece in pieces:
+                piece_vars = set().union(*(atom_vars[m] for m in piece))
+                piece_keys = tuple(sorted(piece_vars & rest_keys, key=order.__getitem__))
+                new = (frozenset(piece), frozenset(piece_keys)) not in index
+                ids.append(view_id(tuple(piece), piece_keys))
+                if new:
+                    work.append(ids[-1])
+            needs[vid][a] = _join_order(ids, atom_vars[a], defs)
+            marginalized = tuple(v for v in query.variables if v in summed & atom_vars[a])
+            steps[a].append(Step(vid, leaf_id[a], needs[vid][a], False, marginalized))
+    # stored: the root and, recursively, the pieces updatable atoms' deltas read
+    loading = _closure(needs, None)
+    stored = _closure(needs, lambda a: query.atom(a).relation in updatable)
+    views: list[ViewSpec] = [None] * (len(defs) + len(atoms))  # type: ignore[list-item]
+    n_atoms = len(atoms)
+
+    def spec_id(vid: int) -> int:  # root 0, leaves 1..k, derived views after them
+        return 0 if vid == 0 else vid + n_atoms
+
+    for vid, (members, keys) in enumerate(defs):
+        variables = set().union(*(atom_vars[m] for m in members))
+        marginalized = tuple(v for v in query.variables if v in variables - set(keys))
+        views[spec_id(vid)] = ViewSpec(
+            spec_id(vid),
+            names[vid],
+            keys,
+            marginalized,
+            tuple(v for v in marginalized if v in lifted),
+            tuple(leaf_id[m] for m in members),
+            stored=vid in stored,
+            stored_while_loading=vid in loading,
+        )
+    for a in atoms:
+        views[leaf_id[a.name]] = ViewSpec(leaf_id[a.name], a.name, a.variables, atom=a.name)
+    triggers: dict[str, list[Trigger]] = {}
+    for a in atoms:
+        own = tuple(
+            Step(
+                spec_id(s.view),
+                s.child,
+                tuple(spec_id(p) for p in s.siblings),
+                s.view in stored,
+                s.marginalized,
+            )
+            for s in steps[a.name]
+            if s.view in loading
+        )
+        triggers.setdefault(a.relation, []).append(Trigger(a.name, leaf_id[a.name], own))
+    return MaintenancePlan(
+        "higher_order", tuple(views), {r: tuple(t) for r, t in triggers.items()}, 0
+    )
+
+
+def _pieces(members: list[str], atom_vars: Mapping[str, set[str]], summed: set[str]):
+    """The atoms grouped into pieces connected through the variables ``summed`` out."""
+    pieces: list[list[str]] = []
+    for m in members:
+        touching = [p for p in pieces if any(atom_vars[m] & atom_vars[q] & summed for q in p)]
+        merged = [m]
+        for p in touching:
+            pieces.remove(p)
+            merged = p + merged
+        pieces.append(merged)
+    order = {m: i for i, m in enumerate(members)}
+    return sorted((sorted(p, key=order.__getitem__) for p in pieces), key=lambda p: order[p[0]])
+
+
+def _join_order(ids: list[int], start: set[str], defs) -> tuple[int, ...]:
+    """Pieces ordered so that each next one shares a key with those joined so far when one
+    does (a Cartesian product only where the delta has one)."""
+    bound, remaining, out = set(start), list(ids), []
+    while remaining:
+        nxt = next((i for i in remaining if bound & set(defs[i][1])), remaining[0])
+        remaining.remove(nxt)
+        out.append(nxt)
+        bound |= set(defs[nxt][1])
+    return tuple(out)
+
+
+def _closure(needs: Mapping[int, Mapping[str, tuple[int, ...]]], keep) -> set[int]:
+    """The root and the pieces read by the deltas of the atoms ``keep`` accepts (all: None)."""
+    seen, work = {0}, [0]
+    while work:
+        vid = work.pop()
+        for a, pieces in needs[vid].items():
+            if keep is not None and not keep(a):
+                continue
+            for p in pieces:
+                if p not in seen:
+                    seen.add(p)
+                    work.append(p)
+    return seen
 
 
 def recompute_order(plan: MaintenancePlan, atoms) -> tuple[int, tuple[int, ...]]:

@@ -19,7 +19,7 @@ from ringml.maintainer import Maintainer
 from ringml.query import Query
 
 RELS = {"R": ["A", "B"], "S": ["A", "C", "E"], "T": ["C", "D"]}
-STRATEGIES = ["fivm", "first_order", "recompute"]
+STRATEGIES = ["fivm", "first_order", "recompute", "higher_order"]
 FREE = [(), ("A", "C")]
 
 

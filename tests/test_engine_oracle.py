@@ -435,6 +435,7 @@ def run(data, scenario) -> None:
         "fivm-auto": Maintainer(query, updatable=updatable, order="auto"),
         "first_order": Maintainer(query, updatable=updatable, strategy="first_order"),
         "recompute": Maintainer(query, updatable=updatable, strategy="recompute"),
+        "higher_order": Maintainer(query, updatable=updatable, strategy="higher_order"),
     }
     stream = Stream(data.draw, relations, scenario["domain"], static)
     for relation in static:  # static relations are loaded before streaming
@@ -527,6 +528,7 @@ def test_housing_covariance_through_a_stream_with_deletes():
         "fivm",
         "first_order",
         "recompute",
+        "higher_order",
     ],
 )
 @pytest.mark.parametrize("ring_kind", ["real", "covariance"])
@@ -624,7 +626,7 @@ def test_query_classes_and_order_constructions(query):
 # ------------------------------------------------------------------------------ exact integers
 @pytest.mark.parametrize("dtype", [None, object])
 @pytest.mark.parametrize("b_is_a_join_key", [False, True])
-@pytest.mark.parametrize("strategy", ["fivm", "first_order", "recompute"])
+@pytest.mark.parametrize("strategy", ["fivm", "first_order", "recompute", "higher_order"])
 def test_integer_sums_are_exact_beyond_2_53(strategy, b_is_a_join_key, dtype):
     """ℤ lifts must not pass through float64: 2**53 + 1 is not 2**53."""
     big = 2**53 + 1

@@ -101,7 +101,7 @@ def test_stores_are_keyed_by_view_id_and_survive_pickling():
 
 
 # ------------------------------------------------------------------------------ root deltas
-@pytest.mark.parametrize("strategy", ["fivm", "first_order", "recompute"])
+@pytest.mark.parametrize("strategy", ["fivm", "first_order", "recompute", "higher_order"])
 def test_apply_returns_the_change_of_each_group_and_subscribers_receive_it(strategy):
     query = Query({"R": ["A", "B"], "S": ["B", "C"]}, RealRing(["C"]), free=["A"])
     m = Maintainer(query, strategy=strategy)
@@ -183,7 +183,7 @@ def test_the_lift_hooks_default_to_the_product_of_the_lifts():
 
 
 # ------------------------------------------------------------------------------ products
-@pytest.mark.parametrize("strategy", ["fivm", "first_order", "recompute"])
+@pytest.mark.parametrize("strategy", ["fivm", "first_order", "recompute", "higher_order"])
 def test_a_cartesian_product_of_connected_pieces_is_the_product_of_their_results(strategy):
     from ringml.errors import VariableOrderError
 

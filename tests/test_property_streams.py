@@ -668,6 +668,7 @@ def build_maintainers(scenario: Scenario) -> dict[str, Maintainer]:
         "fivm-auto": Maintainer(query, updatable=updatable),
         "first_order": Maintainer(query, updatable=updatable, strategy="first_order"),
         "recompute": Maintainer(query, updatable=updatable, strategy="recompute"),
+        "higher_order": Maintainer(query, updatable=updatable, strategy="higher_order"),
     }
     try:
         maintainers["fivm-nu"] = Maintainer(query, updatable=updatable, tree="nu")

@@ -58,7 +58,7 @@ def example_database() -> Database:
     return db
 
 
-@pytest.mark.parametrize("strategy", ["fivm", "first_order", "recompute"])
+@pytest.mark.parametrize("strategy", ["fivm", "first_order", "recompute", "higher_order"])
 def test_retweet_tracker_worked_example(strategy):
     """Figure 5.2b, corrected (notes §2.2): bob twice, alice once; t9 has no retweet and
     t6 retweets t3, which is not a tweet."""
@@ -149,7 +149,7 @@ VIEWS = {
     **{f"Chain{n}": follower_chain(n, False) for n in range(1, 5)},
     **{f"Chain{n}Count": follower_chain(n, True) for n in range(1, 5)},
 }
-STRATEGIES = ("fivm", "first_order", "recompute")
+STRATEGIES = ("fivm", "first_order", "recompute", "higher_order")
 USERS = list(range(6))
 DATES = [pd.Timestamp(d) for d in ("2015-01-01", "2015-01-02", "2015-01-03")]
 

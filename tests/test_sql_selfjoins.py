@@ -31,7 +31,7 @@ VIEWS = {
 }
 
 
-@pytest.mark.parametrize("strategy", ["fivm", "first_order", "recompute"])
+@pytest.mark.parametrize("strategy", ["fivm", "first_order", "recompute", "higher_order"])
 def test_self_join_views_under_edge_streams(strategy):
     rng = np.random.default_rng(7)
     edges = graph_edges(10, 50, seed=3).sample(frac=1.0, random_state=1)

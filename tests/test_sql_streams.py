@@ -109,7 +109,7 @@ VIEWS = {
         [],
     ),
 }
-STRATEGIES = ("fivm", "first_order", "recompute")
+STRATEGIES = ("fivm", "first_order", "recompute", "higher_order")
 
 A = [0, 1, 2, 3]
 B = [0, 1, 2]
