@@ -1,0 +1,1186 @@
+"""Stream tables partitioned by event time, windows over them, watermarks and expiry.
+
+ViewDF (seed ``001_*``) keeps views over append-only stream tables partitioned by time; a
+sliding window's expired partitions act as deletes.  Here a :class:`WindowedStream` owns
+the stream tables of one or more *targets* -- a :class:`ringml.Maintainer`, a
+``DistributedMaintainer``, a :class:`ringml.sql.Database` (its SQL views see the window),
+a :class:`MinMaxView` -- and feeds them:
+
+* a :class:`StreamTable` assigns every row to partition ``k = floor((t - origin) / width)``
+  of its event-time column;
+* the **watermark** is the largest event time seen minus ``lateness`` (or set further with
+  :meth:`WindowedStream.advance_watermark`); it never goes back.  A row behind the watermark
+  (``t < watermark`` as it was before the batch) is *late*: rejected with
+  :class:`LateEventError` (``late="reject"``, the batch changes nothing) or kept in
+  :meth:`WindowedStream.dead_letters` (``late="dead_letter"``, the rest is applied);
+* a :class:`Window` says which partitions a target sees: ``RANGE n`` keeps partition ``k``
+  until the watermark passes its end by ``n`` (``end_k + n <= watermark`` expires it: with
+  ``W = n / width`` the window is ViewDF's ``S[i-W+1 .. i]`` over the last complete
+  partition ``i``, plus the partitions still filling), ``PARTITIONS a TO b`` the fixed
+  partitions ``a..b``, ``UNBOUNDED`` everything;
+* rows that leave the window are sent as **one delete batch per table** in the same atomic
+  ``apply`` as the batch's inserts, so every view equals a from-scratch evaluation over the
+  rows inside the window after every batch.  Expiry costs the expired rows: partitions are
+  buffered as the frames that arrived and dropped whole.
+
+Non-invertible aggregates stay exact under expiry: :class:`MinMaxView` keeps, per group,
+the multiset of values with their counts (sorted fixed-width keys on numpy arrays), so a
+deleted maximum falls back to the next value without rescanning the window.  ViewDF's
+pattern views (sequences of events per key, its View2 example) run as :class:`PatternView`:
+an FSM whose state per key is carried in a helper state view from one complete partition
+to the next (``Helper[i] = step(Helper[i-1], S[i])``, ``View2[i] = Helper[i]`` in the
+final state).
+
+Example: a windowed SUM per source, over the last two minutes of a stream in seconds::
+
+    >>> import pandas as pd
+    >>> from ringml import Maintainer, Query
+    >>> from ringml.rings.scalar import RealRing
+    >>> from ringml.windows import StreamTable, WindowedStream
+    >>> view = Maintainer(Query({"S": ["ts", "src", "loss"]}, RealRing(["loss"]), free=["src"]))
+    >>> stream = WindowedStream(
+    ...     view, {"S": StreamTable("ts", partition=60, window="RANGE 120")}, lateness=10
+    ... )
+    >>> _ = stream.insert("S", pd.DataFrame({"ts": [0, 70], "src": ["a", "a"], "loss": [5.0, 9.0]}))
+    >>> view.result()
+    {('a',): 14.0}
+    >>> _ = stream.insert("S", pd.DataFrame({"ts": [195], "src": ["a"], "loss": [1.0]}))
+    >>> stream.watermark  # 195 - 10 passed the end of partition 0 (60) by 120: it expired
+    185.0
+    >>> view.result()
+    {('a',): 10.0}
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .batch import UpdateBatch, as_frame
+from .encoding import Dictionary
+from .errors import BatchError, InputTypeError, RingmlError, SchemaError
+
+__all__ = [
+    "LateEventError",
+    "MinMaxView",
+    "Pattern",
+    "PatternView",
+    "StreamTable",
+    "Window",
+    "WindowedStream",
+    "parse_duration",
+]
+
+Duration = float | int | pd.Timedelta | str
+
+_UNITS = {
+    "NANOSECOND": "ns",
+    "MICROSECOND": "us",
+    "MILLISECOND": "ms",
+    "SECOND": "s",
+    "MINUTE": "min",
+    "HOUR": "h",
+    "DAY": "D",
+    "WEEK": "W",
+}
+
+
+class LateEventError(BatchError):
+    """Rows behind the watermark (``late="reject"``); nothing was applied."""
+
+
+def parse_duration(value: Duration) -> float | pd.Timedelta:
+    """A number (event-time units) or a :class:`pandas.Timedelta`, from a number, a
+    Timedelta or text: ``"600"``, ``"10 MINUTES"``, ``"1 hour"``, ``"90s"``."""
+    if isinstance(value, pd.Timedelta):
+        return value
+    if isinstance(value, np.timedelta64):
+        return pd.Timedelta(value)
+    if isinstance(value, bool) or not isinstance(value, int | float | str | np.number):
+        raise InputTypeError(f"a duration is a number, a Timedelta or text, got {value!r}")
+    if not isinstance(value, str):
+        return float(value)
+    text = value.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    match = re.fullmatch(r"([0-9.]+)\s*([A-Za-z]+?)S?", text.upper())
+    if match and match.group(2) in _UNITS:
+        return pd.Timedelta(float(match.group(1)), unit=_UNITS[match.group(2)])
+    try:
+        return pd.Timedelta(text)
+    except ValueError:
+        raise InputTypeError(
+            f"cannot read the duration {value!r} (write e.g. 600, '10 MINUTES', '1 hour')"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Window:
+    """Which partitions of a stream table a target sees.
+
+    ``Window.range(n)``: the last ``n`` time units -- partition ``k`` expires once the
+    watermark reaches ``end_k + n`` (``n`` a multiple of the partition width);
+    ``Window.partitions(a, b)``: the partitions ``a..b`` (inclusive, ViewDF's ``S[a..b]``);
+    ``Window.unbounded()``: every row, nothing expires.  :meth:`parse` reads
+    ``"RANGE 10 MINUTES"``, ``"RANGE 600"``, ``"PARTITIONS 3 TO 5"``, ``"UNBOUNDED"``.
+    """
+
+    kind: str = "unbounded"
+    length: float | pd.Timedelta | None = None
+    first: int | None = None
+    last: int | None = None
+
+    @classmethod
+    def range(cls, length: Duration) -> Window:
+        length = parse_duration(length)
+        if (length.value if isinstance(length, pd.Timedelta) else length) <= 0:
+            raise InputTypeError(f"a RANGE window needs a positive length, got {length!r}")
+        return cls("range", length)
+
+    @classmethod
+    def partitions(cls, first: int, last: int) -> Window:
+        if int(first) != first or int(last) != last or last < first:
+            raise InputTypeError(f"PARTITIONS needs integers first <= last, got {first}, {last}")
+        return cls("partitions", None, int(first), int(last))
+
+    @classmethod
+    def unbounded(cls) -> Window:
+        return cls("unbounded")
+
+    @classmethod
+    def parse(cls, text: str | Window | None) -> Window:
+        """A window from its text (see the class docs), a Window, or None (unbounded)."""
+        if text is None:
+            return cls.unbounded()
+        if isinstance(text, Window):
+            return text
+        if not isinstance(text, str):
+            raise InputTypeError(f"a window is text such as 'RANGE 10 MINUTES', got {text!r}")
+        words = text.strip()
+        upper = words.upper()
+        if upper == "UNBOUNDED":
+            return cls.unbounded()
+        if upper.startswith("RANGE "):
+            return cls.range(words[6:].strip())
+        match = re.fullmatch(r"PARTITIONS\s+(-?\d+)\s*(?:TO|\.\.)\s*(-?\d+)", upper)
+        if match:
+            return cls.partitions(int(match.group(1)), int(match.group(2)))
+        raise InputTypeError(
+            f"cannot read the window {text!r}: write 'RANGE <n> [unit]', "
+            "'PARTITIONS <a> TO <b>' or 'UNBOUNDED'"
+        )
+
+    def __str__(self) -> str:
+        if self.kind == "range":
+            return f"RANGE {self.length}"
+        if self.kind == "partitions":
+            return f"PARTITIONS {self.first} TO {self.last}"
+        return "UNBOUNDED"
+
+
+@dataclass
+class StreamTable:
+    """An append-only table partitioned by its event-time column ``time_column`` into
+    partitions of width ``partition`` starting at ``origin``, seen through ``window``.
+
+    Event times are numbers (any unit; a duration written with a unit counts seconds) or
+    datetimes (durations are then Timedeltas or text such as ``"1 MINUTE"``)."""
+
+    time_column: str
+    partition: Duration
+    window: Window | str | None = None
+    origin: float | pd.Timestamp | str = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.time_column, str) or not self.time_column:
+            raise InputTypeError(f"time_column is a column name, got {self.time_column!r}")
+        self.partition = parse_duration(self.partition)
+        width = self.partition
+        if (width.value if isinstance(width, pd.Timedelta) else width) <= 0:
+            raise InputTypeError(f"the partition width must be positive, got {width!r}")
+        self.window = Window.parse(self.window)
+
+
+class _Clock:
+    """Event times as numbers: float64 for numeric columns, int64 nanoseconds for datetimes
+    (fixed by the first batch); durations converted to the same scale."""
+
+    def __init__(self) -> None:
+        self.kind: str | None = None  # "number" or "datetime"
+
+    def times(self, table: str, column: str, values: pd.Series) -> np.ndarray:
+        kind = "datetime" if pd.api.types.is_datetime64_any_dtype(values) else "number"
+        if kind == "number" and values.dtype.kind not in "iuf":
+            numbers = pd.to_numeric(values, errors="coerce")
+            bad = numbers.isna() & values.notna() | values.map(lambda v: isinstance(v, bool))
+            if bad.any() or values.dtype.kind == "b":
+                raise BatchError(
+                    f"stream table {table!r}, column {column!r}: event time "
+                    f"{values[bad].iloc[0] if bad.any() else values.iloc[0]!r} is neither a "
+                    "number nor a datetime",
+                    table,
+                    column,
+                    values[bad].iloc[0] if bad.any() else values.iloc[0],
+                )
+            values = numbers
+        if self.kind is not None and kind != self.kind and len(values):
+            raise BatchError(
+                f"stream table {table!r}, column {column!r}: event times are {self.kind}s in "
+                f"this stream, got {values.dtype} values",
+                table,
+                column,
+                values.iloc[0],
+            )
+        if kind == "datetime":
+            if getattr(values.dt, "tz", None) is not None:
+                values = values.dt.tz_convert("UTC").dt.tz_localize(None)
+            out = values.to_numpy("datetime64[ns]").view(np.int64)
+            missing = values.isna().to_numpy()
+        else:
+            out = values.to_numpy(np.float64)
+            missing = ~np.isfinite(out)
+        if missing.any():
+            at = int(np.flatnonzero(missing)[0])
+            raise BatchError(
+                f"stream table {table!r}, column {column!r}: row {at} has no event time "
+                f"({values.iloc[at]!r})",
+                table,
+                column,
+                values.iloc[at],
+            )
+        if len(values):
+            self.kind = self.kind or kind
+        return out
+
+    def span(self, duration: float | pd.Timedelta, what: str) -> float:
+        """``duration`` on this clock's scale."""
+        if self.kind == "datetime":
+            if not isinstance(duration, pd.Timedelta):
+                raise InputTypeError(
+                    f"{what} is {duration!r}, a plain number, but the event times are "
+                    "datetimes: give a duration such as '1 MINUTE'"
+                )
+            return float(duration.value)
+        if isinstance(duration, pd.Timedelta):
+            return duration.total_seconds()
+        return float(duration)
+
+    def point(self, value: Any, what: str) -> float:
+        """A time point (watermark, origin) on this clock's scale."""
+        if self.kind == "datetime":
+            if isinstance(value, int | float | np.number) and float(value) == 0.0:
+                return 0.0  # the default origin: the epoch
+            return float(pd.Timestamp(value).tz_localize(None).value)
+        if isinstance(value, pd.Timestamp | np.datetime64) or isinstance(value, str):
+            raise InputTypeError(f"{what} {value!r} is a datetime, but event times are numbers")
+        return float(value)
+
+    def show(self, value: float) -> Any:
+        """A time point as users see it."""
+        if self.kind == "datetime" and np.isfinite(value):
+            return pd.Timestamp(int(value))
+        return value
+
+
+def _relations(target: Any) -> dict[str, list[str] | None]:
+    """The relations a target takes and their columns (None: any columns)."""
+    query = getattr(target, "query", None)
+    if query is not None and hasattr(query, "relations") and not callable(query.relations):
+        return {name: list(columns) for name, columns in query.relations.items()}
+    catalog = getattr(target, "catalog", None)
+    if catalog is not None:
+        return {name: list(catalog.table(name).columns) for name in catalog}
+    relations = getattr(target, "relations", None)
+    if isinstance(relations, Mapping):
+        return dict(relations)
+    raise InputTypeError(
+        f"a stream target is a Maintainer, DistributedMaintainer, sql.Database or MinMaxView "
+        f"(something with .apply and .query, .catalog or .relations), got {type(target).__name__}"
+    )
+
+
+def _project(frame: pd.DataFrame, columns: list[str] | None) -> pd.DataFrame:
+    return frame if columns is None else frame[columns]
+
+
+class _Partitions:
+    """One stream table's buffered rows: per partition id the frames that arrived, and
+    the ids in order (expiry takes a prefix)."""
+
+    def __init__(self) -> None:
+        self.chunks: dict[int, list[pd.DataFrame]] = {}
+        self.ids: list[int] = []  # sorted
+
+    def add(self, parts: np.ndarray, frame: pd.DataFrame) -> None:
+        """Buffer ``frame``'s rows under their partition ids ``parts``."""
+        if not len(frame):
+            return
+        order = np.argsort(parts, kind="stable")
+        ordered = parts[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        ends = np.r_[starts[1:], len(order)]
+        for s, e in zip(starts, ends, strict=True):
+            k = int(ordered[s])
+            if k not in self.chunks:
+                self.chunks[k] = []
+                bisect.insort(self.ids, k)
+            self.chunks[k].append(frame.iloc[order[s:e]].reset_index(drop=True))
+
+    def through(self, bound: float) -> list[int]:
+        """The buffered partition ids ``<= bound``, in order."""
+        return self.ids[: bisect.bisect_right(self.ids, bound)]
+
+    def drop(self, ids: Sequence[int]) -> None:
+        if not ids:
+            return
+        for k in ids:
+            del self.chunks[k]
+        gone = set(ids)
+        self.ids = [k for k in self.ids if k not in gone]
+
+    def frame(self, ids: Iterable[int]) -> pd.DataFrame | None:
+        pieces = [c for k in ids for c in self.chunks.get(k, ())]
+        return pd.concat(pieces, ignore_index=True) if pieces else None
+
+
+@dataclass
+class _Plan:
+    """What one batch does, computed before anything changes."""
+
+    watermark: float
+    newest: float
+    stream: list[UpdateBatch] = field(default_factory=list)  # expiry deletes, then inserts
+    inserts: dict[str, tuple[np.ndarray, pd.DataFrame]] = field(default_factory=dict)
+    late: dict[str, pd.DataFrame] = field(default_factory=dict)
+    per_target: list[list[UpdateBatch]] = field(default_factory=list)
+    patterns: list[tuple[PatternView, Any]] = field(default_factory=list)
+
+
+class WindowedStream:
+    """Stream tables feeding ``targets`` through their windows (see the module docs).
+
+    ``targets``: one target or a list (a :class:`ringml.Maintainer`, a
+    ``DistributedMaintainer``, a :class:`ringml.sql.Database`, a :class:`MinMaxView`, a
+    :class:`PatternView`); ``tables``: per stream table (a relation or table of the targets)
+    its :class:`StreamTable`; ``lateness``: how far behind the largest event time seen the
+    watermark stays; ``late``: ``"reject"`` or ``"dead_letter"``.  Rows are sent projected
+    on each target's columns of the relation (the event time may be one of them or not).
+    Batches of other relations pass through :meth:`apply` unchanged (dimension tables,
+    ...), in the same atomic apply.
+    """
+
+    def __init__(
+        self,
+        targets: Any,
+        tables: Mapping[str, StreamTable],
+        lateness: Duration = 0.0,
+        late: str = "reject",
+    ) -> None:
+        if late not in ("reject", "dead_letter"):
+            raise InputTypeError(f"late is 'reject' or 'dead_letter', got {late!r}")
+        if not isinstance(tables, Mapping) or not tables:
+            raise InputTypeError("tables maps stream table names to StreamTable specs")
+        listed = list(targets) if isinstance(targets, list | tuple) else [targets]
+        self.patterns: list[PatternView] = [t for t in listed if isinstance(t, PatternView)]
+        self.targets: list[Any] = [t for t in listed if not isinstance(t, PatternView)]
+        self._columns = [_relations(t) for t in self.targets]
+        for name, spec in tables.items():
+            if not isinstance(spec, StreamTable):
+                raise InputTypeError(f"stream table {name!r}: expected a StreamTable, got {spec!r}")
+            readers = [c for c in self._columns if name in c]
+            readers += [p for p in self.patterns if p.table == name]
+            if not readers:
+                raise SchemaError(f"stream table {name!r} is read by none of the targets")
+        for pattern in self.patterns:
+            if pattern.table not in tables:
+                raise SchemaError(
+                    f"pattern view {pattern.name!r} reads {pattern.table!r}, not a stream table "
+                    f"here ({sorted(tables)})"
+                )
+        self.tables: dict[str, StreamTable] = dict(tables)
+        self.late = late
+        self.lateness = parse_duration(lateness)
+        self._clock = _Clock()
+        self._buffers = {name: _Partitions() for name in tables}
+        self._watermark = -np.inf
+        self._newest = -np.inf
+        self._dead: dict[str, list[pd.DataFrame]] = {}
+        self.batches_applied = 0
+
+    # ---------------------------------------------------------------- reading
+    @property
+    def watermark(self) -> Any:
+        """The current watermark (a number or a Timestamp; ``-inf`` before any event)."""
+        return self._clock.show(self._watermark)
+
+    def partition_of(self, table: str, times) -> np.ndarray:
+        """The partition ids of event times ``times`` in ``table``."""
+        spec = self._spec(table)
+        return self._parts(spec, self._clock.times(table, spec.time_column, pd.Series(times)))
+
+    def partitions(self, table: str) -> list[int]:
+        """The ids of ``table``'s partitions holding rows inside its window, in order."""
+        self._spec(table)
+        return [k for k in self._buffers[table].ids if self._live(table, k, self._watermark)]
+
+    def window_rows(self, table: str) -> pd.DataFrame:
+        """The rows of ``table`` inside its window now (what the targets hold)."""
+        frame = self._buffers[table].frame(self.partitions(table))
+        return frame if frame is not None else pd.DataFrame()
+
+    def dead_letters(self, table: str) -> pd.DataFrame:
+        """The late rows of ``table`` kept with ``late="dead_letter"``, with the watermark
+        they missed (column ``_watermark``)."""
+        self._spec(table)
+        pieces = self._dead.get(table, [])
+        return pd.concat(pieces, ignore_index=True) if pieces else pd.DataFrame()
+
+    # ---------------------------------------------------------------- changes
+    def insert(self, table: str, rows) -> Any:
+        """Append ``rows`` to the stream table ``table`` (see :meth:`apply`)."""
+        return self.apply([UpdateBatch.inserts(table, as_frame(rows, table))])
+
+    def advance_watermark(self, time: Any) -> Any:
+        """Move the watermark to ``time``, expiring what left the windows and completing
+        partitions for the pattern views; a time behind the watermark is an error."""
+        if self._clock.kind is None:
+            raise RingmlError("the first event sets the kind of event time; insert rows first")
+        point = self._clock.point(time, "the watermark")
+        if point < self._watermark:
+            raise BatchError(
+                f"the watermark is {self.watermark!r}; it does not go back to {time!r}",
+                None,
+                None,
+                time,
+            )
+        return self._run([], point)
+
+    def apply(self, batches: Sequence[UpdateBatch] | UpdateBatch) -> Any:
+        """Append rows to stream tables and apply batches of other relations, atomically:
+        late rows are rejected (nothing changes) or dead-lettered; the watermark advances;
+        the rows that left a window are deleted in the same apply of every target.
+        Returns what the first target's apply returned (e.g. a ResultDelta)."""
+        if isinstance(batches, UpdateBatch):
+            batches = [batches]
+        if isinstance(batches, str | bytes | pd.DataFrame | Mapping) or not isinstance(
+            batches, Iterable
+        ):
+            raise InputTypeError(
+                f"apply takes an UpdateBatch or a list of them, got {type(batches).__name__}"
+            )
+        return self._run(list(batches), None)
+
+    # ---------------------------------------------------------------- internals
+    def _spec(self, table: str) -> StreamTable:
+        if table not in self.tables:
+            raise SchemaError(
+                f"unknown stream table {table!r}; the stream tables are {sorted(self.tables)}"
+            )
+        return self.tables[table]
+
+    def _geometry(self, table: str) -> tuple[float, float]:
+        spec = self.tables[table]
+        width = self._clock.span(spec.partition, f"the partition width of {table!r}")
+        return self._clock.point(spec.origin, f"the origin of {table!r}"), width
+
+    def _parts(self, spec: StreamTable, times: np.ndarray) -> np.ndarray:
+        width = self._clock.span(spec.partition, "the partition width")
+        origin = self._clock.point(spec.origin, "the origin")
+        return np.floor((times - origin) / width).astype(np.int64)
+
+    def _expired_through(self, table: str, watermark: float) -> float:
+        """The largest partition id a RANGE window has expired at ``watermark`` (partition
+        ``k`` is live while ``origin + (k + 1) * width + length > watermark``); -inf when
+        nothing expires."""
+        window = self.tables[table].window
+        if window.kind != "range" or not np.isfinite(watermark):
+            return -np.inf
+        origin, width = self._geometry(table)
+        length = self._clock.span(window.length, f"the window of {table!r}")
+        return float(np.floor((watermark - length - origin) / width) - 1)
+
+    def _live(self, table: str, k: np.ndarray | int, watermark: float) -> Any:
+        """Whether partitions ``k`` of ``table`` are inside its window at ``watermark``."""
+        window = self.tables[table].window
+        if window.kind == "partitions":
+            return (window.first <= k) & (k <= window.last)
+        if window.kind == "range":
+            return k > self._expired_through(table, watermark)
+        return np.ones_like(k, dtype=bool) if isinstance(k, np.ndarray) else True
+
+    def _complete_through(self, table: str, watermark: float) -> float:
+        """The largest partition id whose end is at or behind ``watermark``."""
+        if not np.isfinite(watermark):
+            return -np.inf
+        origin, width = self._geometry(table)
+        return float(np.floor((watermark - origin) / width) - 1)
+
+    def _run(self, batches: list[UpdateBatch], explicit: float | None) -> Any:
+        plan = self._plan(batches, explicit)
+        results = self._apply_targets(plan)
+        self._commit(plan)
+        return results[0] if results else None
+
+    def _accept(self, batch: UpdateBatch, late: dict[str, list[pd.DataFrame]]):
+        """A stream batch's accepted rows (times, frame); late rows raise or go to ``late``."""
+        spec = self.tables[batch.relation]
+        signs = batch.signs()
+        if (signs != 1).any():
+            at = int(np.flatnonzero(signs != 1)[0])
+            raise BatchError(
+                f"stream table {batch.relation!r} is append-only: row {at} has multiplicity "
+                f"{int(signs[at])}; rows leave it when its window expires them",
+                batch.relation,
+                "multiplicity",
+                int(signs[at]),
+            )
+        frame = batch.rows
+        if spec.time_column not in frame.columns:
+            raise BatchError(
+                f"stream table {batch.relation!r}: the batch has no event-time column "
+                f"{spec.time_column!r} (columns {list(frame.columns)})",
+                batch.relation,
+                spec.time_column,
+            )
+        times = self._clock.times(batch.relation, spec.time_column, frame[spec.time_column])
+        is_late = times < self._watermark
+        if is_late.any():
+            at = int(np.flatnonzero(is_late)[0])
+            value = frame[spec.time_column].iloc[at]
+            if self.late == "reject":
+                raise LateEventError(
+                    f"stream table {batch.relation!r}, column {spec.time_column!r}: event time "
+                    f"{value!r} is behind the watermark {self.watermark!r} "
+                    f"({int(is_late.sum())} late row(s)); the batch was rejected",
+                    batch.relation,
+                    spec.time_column,
+                    value,
+                )
+            dead = frame[is_late].reset_index(drop=True)
+            dead["_watermark"] = self.watermark
+            late.setdefault(batch.relation, []).append(dead)
+            frame, times = frame[~is_late], times[~is_late]
+        return times, frame.reset_index(drop=True)
+
+    def _plan(self, batches: list[UpdateBatch], explicit: float | None) -> _Plan:
+        accepted: dict[str, list[tuple[np.ndarray, pd.DataFrame]]] = {}
+        passing: list[UpdateBatch] = []
+        late: dict[str, list[pd.DataFrame]] = {}
+        for batch in batches:
+            if not isinstance(batch, UpdateBatch):
+                raise InputTypeError(f"apply takes UpdateBatches, got {type(batch).__name__}")
+            if batch.relation in self.tables:
+                accepted.setdefault(batch.relation, []).append(self._accept(batch, late))
+            elif not any(batch.relation in c for c in self._columns):
+                raise BatchError(
+                    f"relation {batch.relation!r} is neither a stream table nor a relation of "
+                    "the targets",
+                    batch.relation,
+                )
+            else:
+                passing.append(batch)
+        newest = self._newest
+        for pieces in accepted.values():
+            for times, _ in pieces:
+                if len(times):
+                    newest = max(newest, float(times.max()))
+        watermark = self._watermark
+        if np.isfinite(newest):
+            watermark = max(watermark, newest - self._clock.span(self.lateness, "the lateness"))
+        if explicit is not None:
+            watermark = max(watermark, explicit)
+        plan = _Plan(watermark, newest)
+        plan.late = {t: pd.concat(p, ignore_index=True) for t, p in late.items()}
+        for table, pieces in accepted.items():
+            frame = pd.concat([f for _, f in pieces], ignore_index=True)
+            times = np.concatenate([t for t, _ in pieces])
+            plan.inserts[table] = (self._parts(self.tables[table], times), frame)
+        for table in self.tables:
+            self._plan_table(table, plan)
+        for pattern in self.patterns:
+            plan.patterns.append((pattern, self._plan_pattern(pattern, plan)))
+        for columns in self._columns:
+            plan.per_target.append(
+                [b for b in passing if b.relation in columns]
+                + [
+                    UpdateBatch(b.relation, _project(b.rows, columns[b.relation]), b.multiplicity)
+                    for b in plan.stream
+                    if b.relation in columns
+                ]
+            )
+        return plan
+
+    def _plan_table(self, table: str, plan: _Plan) -> None:
+        """``table``'s expiry deletes (the partitions live before, not after) and inserts
+        (the rows inside the window after the batch)."""
+        buffer = self._buffers[table]
+        before = self._expired_through(table, self._watermark)
+        after = self._expired_through(table, plan.watermark)
+        if after > before:  # the buffer holds live partitions only
+            rows = buffer.frame(buffer.through(after))
+            if rows is not None:
+                plan.stream.append(UpdateBatch.deletes(table, rows))
+        if table in plan.inserts:
+            parts, frame = plan.inserts[table]
+            live = self._live(table, parts, plan.watermark)
+            if live.any():
+                rows = frame if live.all() else frame[live].reset_index(drop=True)
+                plan.stream.append(UpdateBatch.inserts(table, rows))
+
+    def _plan_pattern(self, pattern: PatternView, plan: _Plan) -> Any:
+        parts, frame = plan.inserts.get(pattern.table, (np.zeros(0, np.int64), None))
+        return pattern._advance(parts, frame, self._complete_through(pattern.table, plan.watermark))
+
+    def _apply_targets(self, plan: _Plan) -> list[Any]:
+        done: list[tuple[Any, list[UpdateBatch]]] = []
+        results = []
+        try:
+            for target, batches in zip(self.targets, plan.per_target, strict=True):
+                results.append(target.apply(batches) if batches else None)
+                done.append((target, batches))
+        except RingmlError:
+            for target, batches in reversed(done):  # undo: the inverse batches
+                if batches:
+                    target.apply(
+                        [UpdateBatch(b.relation, b.rows, -b.signs()) for b in reversed(batches)]
+                    )
+            raise
+        return results
+
+    def _commit(self, plan: _Plan) -> None:
+        for table, (parts, frame) in plan.inserts.items():
+            live = self._live(table, parts, plan.watermark)
+            self._buffers[table].add(parts[live], frame[live].reset_index(drop=True))
+        for table, rows in plan.late.items():
+            self._dead.setdefault(table, []).append(rows)
+        self._watermark, self._newest = plan.watermark, plan.newest
+        for pattern, state in plan.patterns:
+            pattern._commit(state)
+        for table, buffer in self._buffers.items():
+            # a partition leaves the buffer with its window (pattern views keep their own)
+            if self.tables[table].window.kind == "range":
+                buffer.drop(buffer.through(self._expired_through(table, self._watermark)))
+        self.batches_applied += 1
+
+
+# ------------------------------------------------------------------------------ MIN / MAX
+_TOP = np.uint64(1 << 63)
+
+
+def _sortable(values: np.ndarray, kind: str) -> np.ndarray:
+    """uint64 keys ordered as ``values`` (int64, or float64 with -0.0 read as 0.0)."""
+    if kind == "float":
+        bits = (values.astype(np.float64) + 0.0).view(np.uint64)
+        return np.where(bits & _TOP, ~bits, bits | _TOP)
+    return values.astype(np.int64).view(np.uint64) ^ _TOP
+
+
+def _unsortable(keys: np.ndarray, kind: str) -> np.ndarray:
+    if kind == "float":
+        return np.where(keys & _TOP, keys & ~_TOP, ~keys).view(np.float64)
+    return (keys ^ _TOP).view(np.int64)
+
+
+class MinMaxView:
+    """Exact ``MIN`` and ``MAX`` (and ``COUNT(*)``) of ``values`` per group of ``by`` over
+    a relation's rows under inserts and deletes -- a window's expiry included.
+
+    Per value column it keeps the multiset of ``(group, value)`` with counts as one sorted
+    array of fixed-width keys (group codes, then the value's order-preserving bits): a batch
+    is merged in with binary searches, a group's MIN is the first key of its run and its
+    MAX the last, so deleting a maximum exposes the next value without rescanning
+    anything.  Values are numbers or datetimes (NULLs ignored, as SQL does); a delete of a
+    value the group does not hold is rejected and changes nothing.
+    """
+
+    def __init__(
+        self, relation: str, values: Sequence[str], by: Sequence[str] = (), name: str = ""
+    ) -> None:
+        if isinstance(values, str) or isinstance(by, str):
+            raise InputTypeError("values and by are lists of column names")
+        if not values:
+            raise InputTypeError("MinMaxView needs at least one value column")
+        self.relation, self.values, self.by = relation, list(values), list(by)
+        self.name = name or f"minmax({relation})"
+        self.relations = {relation: list(dict.fromkeys(self.by + self.values))}
+        self._codes = {c: Dictionary(c) for c in self.by}
+        self._kinds: dict[str, str] = {}  # value column -> "int" / "float" / "datetime"
+        width = 8 * (len(self.by) + 1)
+        self._dtype = np.dtype(f"S{width}")
+        self._keys = {v: np.zeros(0, self._dtype) for v in self.values}
+        self._counts = {v: np.zeros(0, np.int64) for v in self.values}
+        self._rows_keys = np.zeros(0, np.dtype(f"S{max(8 * len(self.by), 1)}"))
+        self._rows = np.zeros(0, np.int64)  # COUNT(*) per group, groups sorted like the keys
+
+    # ------------------------------------------------------------------ updates
+    def apply(self, batches: Sequence[UpdateBatch] | UpdateBatch) -> None:
+        """Apply update batches of :attr:`relation` atomically (all or none)."""
+        if isinstance(batches, UpdateBatch):
+            batches = [batches]
+        staged_kinds = dict(self._kinds)
+        group_parts, sign_parts = [], []
+        value_parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {
+            v: [] for v in self.values
+        }
+        for batch in batches:
+            if batch.relation != self.relation:
+                raise BatchError(
+                    f"{self.name}: unknown relation {batch.relation!r} (it reads "
+                    f"{self.relation!r})",
+                    batch.relation,
+                )
+            frame, signs = batch.rows, batch.signs()
+            missing = [c for c in self.relations[self.relation] if c not in frame.columns]
+            if missing:
+                raise BatchError(
+                    f"{self.name}: relation {self.relation!r} batch lacks columns {missing}",
+                    self.relation,
+                    missing[0],
+                )
+            groups = self._group_bytes(frame)
+            group_parts.append(groups)
+            sign_parts.append(signs)
+            for v in self.values:
+                bits, present = self._value_bits(frame[v], v, staged_kinds)
+                value_parts[v].append((groups[present], bits[present], signs[present]))
+        if not group_parts:
+            return
+        rows = self._merge(
+            self._rows_keys,
+            self._rows,
+            np.concatenate(group_parts),
+            np.concatenate(sign_parts),
+            "COUNT(*)",
+        )
+        merged = {}
+        for v in self.values:
+            groups = np.concatenate([g for g, _, _ in value_parts[v]])
+            bits = np.concatenate([b for _, b, _ in value_parts[v]])
+            signs = np.concatenate([s for _, _, s in value_parts[v]])
+            keys = self._join(groups, bits)
+            merged[v] = self._merge(self._keys[v], self._counts[v], keys, signs, v)
+        self._kinds = staged_kinds
+        self._rows_keys, self._rows = rows
+        for v, (keys, counts) in merged.items():
+            self._keys[v], self._counts[v] = keys, counts
+
+    def _group_bytes(self, frame: pd.DataFrame) -> np.ndarray:
+        n = len(frame)
+        if not self.by:
+            return np.zeros(n, self._rows_keys.dtype)
+        codes = np.empty((n, len(self.by)), dtype=">u8")
+        for j, c in enumerate(self.by):
+            codes[:, j] = self._codes[c].encode(frame[c].to_numpy())
+        return np.ascontiguousarray(codes).view(self._rows_keys.dtype).ravel()
+
+    def _value_bits(self, column: pd.Series, name: str, kinds: dict[str, str]):
+        """Order-preserving uint64 keys of a value column and which rows are not NULL."""
+        present = column.notna().to_numpy()
+        if pd.api.types.is_datetime64_any_dtype(column):
+            kind, data = "datetime", column.to_numpy("datetime64[ns]").view(np.int64)
+        elif column.dtype.kind in "iu":
+            kind, data = "int", column.to_numpy()
+        elif column.dtype.kind == "f" or column.dtype == object:
+            numbers = pd.to_numeric(column, errors="coerce").to_numpy(np.float64)
+            bad = present & ~np.isfinite(numbers)
+            if bad.any():
+                value = column[bad].iloc[0]
+                raise BatchError(
+                    f"{self.name}: relation {self.relation!r}, column {name!r}: value "
+                    f"{value!r} is not a finite number",
+                    self.relation,
+                    name,
+                    value,
+                )
+            integral = present.all() and np.all(numbers == np.round(numbers))
+            kind = "int" if kinds.get(name) == "int" and integral else "float"
+            data = np.where(present, numbers, 0.0)
+        else:
+            raise BatchError(
+                f"{self.name}: relation {self.relation!r}, column {name!r} holds "
+                f"{column.dtype} values; MIN/MAX take numbers or datetimes",
+                self.relation,
+                name,
+            )
+        known = kinds.setdefault(name, kind)
+        if known != kind:
+            if {known, kind} == {"int", "float"} and known == "float":
+                kind = "float"
+            else:
+                raise BatchError(
+                    f"{self.name}: relation {self.relation!r}, column {name!r}: {kind} "
+                    f"values in a column of {known} values",
+                    self.relation,
+                    name,
+                )
+        return _sortable(data, "float" if kind == "float" else "int"), present
+
+    def _join(self, groups: np.ndarray, bits: np.ndarray) -> np.ndarray:
+        n, g = len(groups), len(self.by)
+        out = np.empty((n, g + 1), dtype=">u8")
+        if g:
+            out[:, :g] = groups.view(">u8").reshape(n, g)
+        out[:, g] = bits
+        return np.ascontiguousarray(out).view(self._dtype).ravel()
+
+    def _merge(self, keys, counts, new_keys, signs, column: str):
+        """``keys``/``counts`` (sorted, counts > 0) plus the signed ``new_keys``: new arrays,
+        or a BatchError if a count would go below zero."""
+        if not len(new_keys):
+            return keys, counts
+        batch, inverse = np.unique(new_keys, return_inverse=True)
+        delta = np.bincount(inverse.ravel(), weights=signs, minlength=len(batch)).astype(np.int64)
+        at = np.searchsorted(keys, batch)
+        found = at < len(keys)
+        found[found] = keys[at[found]] == batch[found]
+        counts = counts.copy()
+        np.add.at(counts, at[found], delta[found])
+        fresh = ~found & (delta != 0)
+        negative = np.flatnonzero(counts < 0)
+        if negative.size or (delta[fresh] < 0).any():
+            key = keys[negative[0]] if negative.size else batch[fresh][delta[fresh] < 0][0]
+            raise BatchError(
+                f"{self.name}: relation {self.relation!r}: a delete of a row the view does "
+                f"not hold (column {column!r}, group {self._describe(key)}); nothing changed",
+                self.relation,
+                column,
+            )
+        keys = np.insert(keys, at[fresh], batch[fresh])
+        counts = np.insert(counts, at[fresh], delta[fresh])
+        keep = counts != 0
+        if not keep.all():
+            keys, counts = keys[keep], counts[keep]
+        return keys, counts
+
+    def _describe(self, key: bytes) -> str:
+        words = np.frombuffer(key.ljust(8 * (len(self.by) + 1), b"\0"), dtype=">u8")
+        values = [
+            self._codes[c].decode(np.array([int(words[j])]))[0] for j, c in enumerate(self.by)
+        ]
+        return str(tuple(values))
+
+    # ------------------------------------------------------------------ reading
+    def result(self) -> pd.DataFrame:
+        """One row per group holding rows: ``by`` columns, ``count`` (rows) and per value
+        column ``min_<v>`` / ``max_<v>`` (NaN or NaT where the group has only NULLs)."""
+        g = len(self.by)
+        n = len(self._rows_keys)
+        groups = self._rows_keys.view(">u8").reshape(n, max(g, 1)) if n else None
+        out: dict[str, Any] = {}
+        for j, c in enumerate(self.by):
+            out[c] = self._codes[c].decode(groups[:, j].astype(np.int64)) if n else []
+        out["count"] = self._rows
+        for v in self.values:
+            low, high = self._extremes(v)
+            out[f"min_{v}"], out[f"max_{v}"] = low, high
+        return pd.DataFrame(out)
+
+    def _extremes(self, v: str) -> tuple[np.ndarray, np.ndarray]:
+        """Per group (in :attr:`_rows_keys` order) the MIN and MAX of ``v``."""
+        keys, g, n = self._keys[v], len(self.by), len(self._rows_keys)
+        kind = self._kinds.get(v, "float")
+        empty = np.full(n, np.nan) if kind != "datetime" else np.full(n, np.datetime64("NaT"))
+        low, high = empty.copy(), empty.copy()
+        if not len(keys):
+            return low, high
+        words = keys.view(">u8").reshape(len(keys), g + 1)
+        prefix = (
+            np.ascontiguousarray(words[:, :g]).view(self._rows_keys.dtype).ravel()
+            if g
+            else (np.zeros(len(keys), self._rows_keys.dtype))
+        )
+        first = np.flatnonzero(np.r_[True, prefix[1:] != prefix[:-1]])
+        last = np.r_[first[1:] - 1, len(keys) - 1]
+        slot = np.searchsorted(self._rows_keys, prefix[first])
+        decoded = _unsortable(words[:, g].astype(np.uint64), "float" if kind == "float" else "int")
+        if kind == "datetime":
+            decoded = decoded.view("datetime64[ns]")
+        elif kind == "int":
+            low, high = low.astype(object), high.astype(object)
+        low[slot], high[slot] = decoded[first], decoded[last]
+        if kind == "int" and not np.isnan(np.asarray(low, dtype=float)).any():
+            low, high = low.astype(np.int64), high.astype(np.int64)
+        return low, high
+
+
+# ------------------------------------------------------------------------------ patterns
+Predicate = Callable[[pd.DataFrame, pd.DataFrame], Any]
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A sequence of event variables, ``x`` once or ``x+`` one or more times, with the
+    predicates its transitions test (ViewDF's ``PATTERN (a, b, c, d+) WHERE ...``).
+
+    ``where`` maps ``"x"`` to the predicate of entering ``x`` (its first occurrence, ViewDF's
+    ``x`` or ``x[1]``) and, for a Kleene variable, ``"x[i]"`` to the predicate of each later
+    occurrence; a missing predicate always holds.  A predicate is ``f(new, prev)`` on
+    whole frames, returning one boolean per row: ``new`` holds the candidate events, ``prev``
+    the key's helper row -- the previous matched event's columns, ``state``, ``count`` and
+    the ``sum_<c>`` aggregates (NaN and 0 for a fresh run).  E.g. View2's
+    ``{"a": red, "b": red, "c": red, "d": red, "d[i]": red}`` with
+    ``red = lambda new, prev: new.loss > 10``, or ``b[i].loss > b[i-1].loss`` as
+    ``{"b[i]": lambda new, prev: new.loss > prev.loss}``.
+    """
+
+    variables: tuple[str, ...]
+    kleene: tuple[bool, ...]
+    where: Mapping[str, Predicate] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str | Sequence[str], where: Mapping[str, Predicate] | None = None):
+        """``"a b c d+"`` (or ``"(a, b, c, d+)"``, or a list of names) with its predicates."""
+        names = re.split(r"[\s,]+", text.strip(" ()")) if isinstance(text, str) else list(text)
+        names = [n for n in names if n]
+        if not names:
+            raise SchemaError("a pattern needs at least one variable")
+        variables = tuple(n.rstrip("+") for n in names)
+        bad = [n for n in variables if not re.fullmatch(r"[A-Za-z_]\w*", n)]
+        if bad or len(set(variables)) != len(variables):
+            raise SchemaError(f"pattern variables must be distinct names, got {names}")
+        kleene = tuple(n.endswith("+") for n in names)
+        where = dict(where or {})
+        known = set(variables) | {f"{v}[i]" for v, k in zip(variables, kleene, strict=True) if k}
+        unknown = sorted(set(where) - known)
+        if unknown:
+            raise SchemaError(
+                f"pattern predicates {unknown} name no transition; the pattern has {sorted(known)}"
+            )
+        for key, predicate in where.items():
+            if not callable(predicate):
+                raise InputTypeError(f"pattern predicate {key!r} is not callable: {predicate!r}")
+        return cls(variables, kleene, where)
+
+    @property
+    def states(self) -> int:
+        """The number of states after the begin state (the last one is final)."""
+        return len(self.variables)
+
+
+@dataclass
+class _PatternState:
+    helper: pd.DataFrame | None
+    done: int | None  # the last partition stepped through
+    next: int | None
+    result: pd.DataFrame | None
+    pending: dict[int, list[pd.DataFrame]]
+
+
+class PatternView:
+    """ViewDF's pattern-matching view over one stream table, by keys ``by``.
+
+    A helper state view holds, per key whose run is alive, its FSM state, the match's
+    ``count``, ``sum_<c>`` for the columns ``sums`` and the last matched event;
+    ``Helper[i] = step(Helper[i-1], S[i])`` runs once partition ``i`` is complete (the
+    watermark passed its end), in partition order, with ViewDF's CASE transitions (a
+    Kleene state first tries to stay, then to proceed; a failed transition re-tests the
+    first variable and may start a new run).  A key without an event in partition ``i``
+    drops out (per-key contiguity over partitions); one event per key per partition (a
+    second one is rejected with the batch).  :meth:`result` is the view as of the last
+    complete partition: the helper rows in the final state (the event's columns,
+    ``partition``, ``count`` and the sums), View2 in the thesis' example.
+    """
+
+    def __init__(
+        self,
+        table: str,
+        by: Sequence[str],
+        pattern: Pattern | str,
+        where: Mapping[str, Predicate] | None = None,
+        sums: Sequence[str] = (),
+        name: str = "",
+    ) -> None:
+        if isinstance(by, str) or isinstance(sums, str):
+            raise InputTypeError("by and sums are lists of column names")
+        if not by:
+            raise InputTypeError("a pattern view needs key columns (by)")
+        if isinstance(pattern, Pattern):
+            if where:
+                raise InputTypeError("give the predicates with the Pattern or here, not both")
+        else:
+            pattern = Pattern.parse(pattern, where)
+        self.table, self.by, self.pattern = table, list(by), pattern
+        self.sums = list(sums)
+        self.name = name or f"pattern({table})"
+        self._state = _PatternState(None, None, None, None, {})
+
+    def helper(self) -> pd.DataFrame:
+        """The helper state view after the last complete partition."""
+        return self._empty() if self._state.helper is None else self._state.helper.copy()
+
+    def result(self) -> pd.DataFrame:
+        """The matches as of the last complete partition (see the class docs)."""
+        if self._state.result is None:
+            return self._empty().drop(columns="state")
+        return self._state.result.copy()
+
+    @property
+    def partition(self) -> int | None:
+        """The last complete partition the view has stepped through."""
+        return self._state.done
+
+    def _empty(self) -> pd.DataFrame:
+        columns = self.by + ["partition", "state", "count"] + [f"sum_{c}" for c in self.sums]
+        return pd.DataFrame(columns=columns)
+
+    # ---------------------------------------------------------------- stepping
+    def _advance(self, parts: np.ndarray, frame: pd.DataFrame | None, through: float) -> Any:
+        """The state after adding ``frame`` (partition ids ``parts``) and stepping through
+        the partitions complete at ``through`` (no change to self)."""
+        state = self._state
+        pending = {k: list(v) for k, v in state.pending.items()}
+        if frame is not None and len(frame):
+            self._check_columns(frame)
+            order = np.argsort(parts, kind="stable")
+            ordered = parts[order]
+            starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+            for s, e in zip(starts, np.r_[starts[1:], len(order)], strict=True):
+                k = int(ordered[s])
+                piece = frame.iloc[order[s:e]][self._columns(frame)].reset_index(drop=True)
+                pending.setdefault(k, []).append(piece)
+                self._check_unique(k, pending[k])
+        nxt = state.next
+        if pending:
+            first = min(pending)
+            nxt = first if nxt is None else min(nxt, first) if state.done is None else nxt
+        helper, done, result = state.helper, state.done, state.result
+        if nxt is not None and through >= nxt:
+            ready = sorted(k for k in pending if k <= through)
+            for k in ready:
+                if done is not None and k != done + 1:
+                    helper = None  # a partition without events ended every run
+                rows = pd.concat(pending.pop(k), ignore_index=True)
+                helper = self._step(helper, rows, k)
+                done = k
+            last = int(through)
+            if done is None or last > done:
+                helper = None
+                done = last
+            final = helper[helper["state"] == self.pattern.states] if helper is not None else None
+            result = None if final is None else final.drop(columns="state").reset_index(drop=True)
+            nxt = done + 1
+        return _PatternState(helper, done, nxt, result, pending)
+
+    def _commit(self, state: _PatternState) -> None:
+        self._state = state
+
+    def _columns(self, frame: pd.DataFrame) -> list[str]:
+        return list(frame.columns)
+
+    def _check_columns(self, frame: pd.DataFrame) -> None:
+        missing = [c for c in self.by + self.sums if c not in frame.columns]
+        if missing:
+            raise BatchError(
+                f"{self.name}: stream table {self.table!r} has no column {missing[0]!r}",
+                self.table,
+                missing[0],
+            )
+        clash = [
+            c
+            for c in ("partition", "state", "count", *map("sum_{}".format, self.sums))
+            if c in frame.columns
+        ]
+        if clash:
+            raise BatchError(
+                f"{self.name}: stream table {self.table!r} has a column {clash[0]!r}, a name "
+                "of the helper state view",
+                self.table,
+                clash[0],
+            )
+
+    def _check_unique(self, k: int, pieces: list[pd.DataFrame]) -> None:
+        keys = pd.concat([p[self.by] for p in pieces], ignore_index=True)
+        twice = keys.duplicated()
+        if twice.any():
+            key = tuple(keys[twice].iloc[0])
+            raise BatchError(
+                f"{self.name}: key {key} has two events in partition {k} of stream table "
+                f"{self.table!r}; a pattern view reads one event per key per partition",
+                self.table,
+                self.by[0],
+                key,
+            )
+
+    def _test(self, key: str, new: pd.DataFrame, prev: pd.DataFrame, k: int) -> np.ndarray:
+        predicate = self.pattern.where.get(key)
+        if predicate is None or not len(new):
+            return np.ones(len(new), dtype=bool)
+        try:
+            out = np.asarray(predicate(new, prev))
+        except RingmlError:
+            raise
+        except Exception as error:  # a user predicate: say which one failed, change nothing
+            raise BatchError(
+                f"{self.name}: predicate {key!r} failed on partition {k} of {self.table!r}: "
+                f"{type(error).__name__}: {error}",
+                self.table,
+            ) from error
+        if out.shape != (len(new),):
+            raise BatchError(
+                f"{self.name}: predicate {key!r} returned shape {out.shape}, not one boolean per "
+                f"event ({len(new)})",
+                self.table,
+            )
+        return out.astype(bool) & ~pd.isna(out)
+
+    def _step(self, helper: pd.DataFrame | None, rows: pd.DataFrame, k: int) -> pd.DataFrame:
+        """``Helper[k]`` from ``Helper[k-1]`` (None: no live runs) and ``S[k]``."""
+        n = len(rows)
+        aggregates = ["state", "count", *(f"sum_{c}" for c in self.sums)]
+        if helper is not None and len(helper):
+            index = pd.MultiIndex.from_frame(rows[self.by])
+            prev = helper.set_index(self.by).reindex(index).reset_index()
+            prev[aggregates] = prev[aggregates].fillna(0)
+        else:
+            prev = rows[self.by].copy()
+            for c in rows.columns:
+                if c not in self.by:
+                    prev[c] = np.nan
+            for c in aggregates:
+                prev[c] = 0
+        prev = prev.drop(columns="partition", errors="ignore")
+        was = prev["state"].to_numpy(np.int64)
+        fresh_prev = prev.copy()
+        fresh_prev[[c for c in fresh_prev.columns if c not in self.by + aggregates]] = np.nan
+        fresh_prev[aggregates] = 0
+        names, kleene, last = self.pattern.variables, self.pattern.kleene, self.pattern.states
+        starts = self._test(names[0], rows, fresh_prev, k)
+        state = np.zeros(n, dtype=np.int64)
+        carried = np.zeros(n, dtype=bool)
+        for s in range(1, last + 1):
+            at = np.flatnonzero(was == s)
+            if not at.size:
+                continue
+            new, old = rows.iloc[at], prev.iloc[at]
+            stay = (
+                self._test(f"{names[s - 1]}[i]", new, old, k)
+                if kleene[s - 1]
+                else np.zeros(at.size, bool)
+            )
+            proceed = (
+                self._test(names[s], new, old, k) & ~stay if s < last else np.zeros(at.size, bool)
+            )
+            state[at] = np.where(stay, s, np.where(proceed, s + 1, 0))
+            carried[at] = stay | proceed
+        restart = ~carried & starts
+        state[restart] = 1
+        out = rows.copy()
+        out["partition"] = k
+        out["state"] = state
+        base = prev["count"].to_numpy(np.int64)
+        out["count"] = np.where(carried, base + 1, 1)
+        for c in self.sums:
+            value = rows[c].to_numpy(np.float64)
+            out[f"sum_{c}"] = np.where(
+                carried, prev[f"sum_{c}"].to_numpy(np.float64) + value, value
+            )
+        keep = state > 0
+        return out[keep].reset_index(drop=True)
