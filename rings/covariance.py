@@ -71,6 +71,7 @@ def choose_shift(x: np.ndarray) -> float:
         h = float(np.round(h / step) * step)
     return h
 
+
 # ---------------------------------------------------------------------------- index maps
 
 
@@ -184,6 +185,42 @@ class _FusedPlan:
 @lru_cache(maxsize=1024)
 def _fused_plan(ks: tuple[int, ...]) -> _FusedPlan:
     return _FusedPlan(ks)
+
+
+#: ``np.add.reduceat`` sums a segment along a contiguous axis as its first element plus the
+#: pairwise sum of the others, which is a plain left-to-right sum below this many.
+_PAIRWISE_BLOCK = 8
+
+
+def _segment_sums_rows(a: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """``np.add.reduceat(a, starts, axis=1).T`` of a C-contiguous ``(w, n)`` array, bit for
+    bit, when most segments are one column: the columns become rows (one copy), every
+    segment's first row is gathered and the others are added to it in rounds (``first +
+    ((second + third) + ...)``, reduceat's order); reduceat itself pays a call per segment
+    and row of ``a``.  Segments longer than ``_PAIRWISE_BLOCK`` go through reduceat."""
+    n = a.shape[1]
+    rows = np.ascontiguousarray(a.T)
+    lengths = np.diff(starts, append=n)
+    multi = np.flatnonzero(lengths > 1)
+    if multi.size:
+        more = lengths[multi]
+        long_ = more > _PAIRWISE_BLOCK
+        if long_.any():
+            segments = multi[long_]
+            ends = np.cumsum(lengths[segments])
+            columns = np.repeat(starts[segments] - ends + lengths[segments], lengths[segments])
+            columns += np.arange(columns.size)
+            summed = np.add.reduceat(np.take(a, columns, axis=1), ends - lengths[segments], axis=1)
+            rows[starts[segments]] = summed.T
+            multi, more = multi[~long_], more[~long_]
+        if multi.size:
+            first = starts[multi]
+            rest = np.take(rows, first + 1, axis=0)
+            for j in range(2, int(more.max())):
+                deeper = np.flatnonzero(more > j)
+                rest[deeper] += np.take(rows, first[deeper] + j, axis=0)
+            rows[first] += rest
+    return np.take(rows, starts, axis=0)
 
 
 # ---------------------------------------------------------------------- overflow guards
@@ -1396,6 +1433,10 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             out.count[keys] = np.diff(np.append(starts, n))
         else:
             out.count[keys] = np.add.reduceat(weights, starts)
+        if starts.size < n < 2 * starts.size:  # mostly one row per group (shuffled rows)
+            out.sums[keys] = _segment_sums_rows(x, starts)
+            out.products[keys] = _segment_sums_rows(products, starts)
+            return out
         if starts.size < n:
             x = np.add.reduceat(x, starts, axis=1)
             products = np.add.reduceat(products, starts, axis=1)
