@@ -1136,7 +1136,11 @@ class PatternView:
         n = len(rows)
         aggregates = ["state", "count", *(f"sum_{c}" for c in self.sums)]
         if helper is not None and len(helper):
-            index = pd.MultiIndex.from_frame(rows[self.by])
+            index = (
+                pd.MultiIndex.from_frame(rows[self.by])
+                if len(self.by) > 1
+                else pd.Index(rows[self.by[0]], name=self.by[0])
+            )
             prev = helper.set_index(self.by).reindex(index).reset_index()
             prev[aggregates] = prev[aggregates].fillna(0)
         else:

@@ -1,0 +1,530 @@
+"""Stream tables, windows, watermarks and expiry (ringml.windows), checked after every batch
+against a from-scratch computation over the rows inside the window: pandas for engine
+results and MIN/MAX, DuckDB for SQL views, the thesis' worked examples (notes/viewdf.md
+§10: T1, T3, T4, T5) for ViewDF semantics.
+
+The oracle keeps its own accepted rows and watermark (largest accepted event time minus
+the lateness) and takes the window as the rows whose partition end plus the range is
+beyond the watermark; it never reads the stream's buffers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from ringml.rings.scalar import IntegerRing, ProductRing, RealRing
+
+from ringml import Maintainer, Query, UpdateBatch
+from ringml.errors import BatchError, RingmlError, SchemaError
+from ringml.sql import Database
+from ringml.windows import (
+    LateEventError,
+    MinMaxView,
+    Pattern,
+    PatternView,
+    StreamTable,
+    Window,
+    WindowedStream,
+    parse_duration,
+)
+from tests.sql_oracle import assert_same_rows, duckdb_rows
+
+WIDTH, RANGE, LATENESS = 10.0, 30.0, 12.0
+
+
+class Oracle:
+    """The rows a window holds, from scratch: accepted rows, the watermark, the window."""
+
+    def __init__(self, width=WIDTH, length=RANGE, lateness=LATENESS) -> None:
+        self.width, self.length, self.lateness = width, length, lateness
+        self.rows = pd.DataFrame()
+        self.watermark = -np.inf
+        self.dead = pd.DataFrame()
+
+    def late(self, batch: pd.DataFrame) -> np.ndarray:
+        return (batch["ts"] < self.watermark).to_numpy()
+
+    def accept(self, batch: pd.DataFrame) -> None:
+        late = self.late(batch)
+        self.dead = pd.concat([self.dead, batch[late]], ignore_index=True)
+        kept = batch[~late]
+        self.rows = pd.concat([self.rows, kept], ignore_index=True)
+        if len(kept):
+            self.watermark = max(self.watermark, kept["ts"].max() - self.lateness)
+
+    def window(self) -> pd.DataFrame:
+        if not len(self.rows):
+            return self.rows
+        end = (np.floor(self.rows["ts"] / self.width) + 1) * self.width
+        return self.rows[end + self.length > self.watermark].reset_index(drop=True)
+
+
+def random_batches(seed: int, n: int = 40, keys: str = "abcd"):
+    """Batches of events around a clock that moves forward: out of order within the
+    lateness, and some late (behind the watermark) now and then."""
+    rng = np.random.default_rng(seed)
+    clock = 0.0
+    for _ in range(n):
+        clock += rng.uniform(0, 9)
+        size = int(rng.integers(0, 8))
+        ts = clock - rng.uniform(0, LATENESS * 1.6, size)  # beyond the lateness: late
+        yield pd.DataFrame(
+            {
+                "ts": np.round(ts, 1),
+                "src": rng.choice(list(keys), size),
+                "loss": rng.integers(-5, 20, size).astype(float),
+            }
+        )
+
+
+def sum_count_query(relation_columns=("src", "loss")) -> Query:
+    ring = ProductRing(RealRing(["loss"]), IntegerRing(), names=("sum", "count"))
+    return Query({"S": list(relation_columns)}, ring, free=["src"])
+
+
+def grouped(frame: pd.DataFrame) -> dict:
+    if not len(frame):
+        return {}
+    g = frame.groupby("src")["loss"].agg(["sum", "count"])
+    return {(k,): (float(r["sum"]), int(r["count"])) for k, r in g.iterrows()}
+
+
+def as_plain(result: dict) -> dict:
+    return {k: (float(v[0]), int(v[1])) for k, v in result.items()}
+
+
+# ------------------------------------------------------------------ engine views
+@pytest.mark.parametrize("late", ["reject", "dead_letter"])
+@pytest.mark.parametrize("columns", [("src", "loss"), ("ts", "src", "loss")])
+def test_windowed_sum_count_equals_recomputation_after_every_batch(late, columns):
+    view = Maintainer(sum_count_query(columns))
+    stream = WindowedStream(
+        view,
+        {"S": StreamTable("ts", partition=WIDTH, window=f"RANGE {RANGE}")},
+        lateness=LATENESS,
+        late=late,
+    )
+    oracle = Oracle()
+    rejected = expired = 0
+    for batch in random_batches(seed=len(columns) + (late == "reject")):
+        window_before = oracle.window()
+        if late == "reject" and oracle.late(batch).any():
+            before = as_plain(view.result())
+            with pytest.raises(LateEventError, match="behind the watermark"):
+                stream.insert("S", batch)
+            rejected += 1
+            assert as_plain(view.result()) == before
+            assert stream.watermark == oracle.watermark
+            continue
+        accepted = len(batch) - int(oracle.late(batch).sum())
+        oracle.accept(batch)
+        stream.insert("S", batch)
+        window = oracle.window()
+        expired += len(window_before) + accepted - len(window)
+        assert stream.watermark == oracle.watermark
+        assert as_plain(view.result()) == (grouped(window))
+        ours = stream.window_rows("S")
+        assert len(ours) == len(window)
+        if len(window):
+            key = ["ts", "src", "loss"]
+            pd.testing.assert_frame_equal(
+                ours.sort_values(key).reset_index(drop=True)[key],
+                window.sort_values(key).reset_index(drop=True)[key],
+                check_dtype=False,
+            )
+    assert expired > 0  # the stream did expire partitions
+    if late == "reject":
+        assert rejected > 0
+    else:
+        dead = stream.dead_letters("S")
+        assert len(dead) == len(oracle.dead) > 0
+        assert sorted(dead["ts"]) == sorted(oracle.dead["ts"])
+        assert "_watermark" in dead.columns
+
+
+def test_viewdf_t1_window_sum_subtract_and_add():
+    """notes/viewdf.md §10 T1: W = 2 partitions, count-based group expiry; V[p] after S[p]
+    is complete (the watermark reached the end of partition p)."""
+    data = {
+        1: [("a", "b", 5), ("b", "c", 15)],
+        2: [("a", "b", 9), ("b", "c", 12)],
+        3: [("a", "b", 7), ("b", "c", 3)],
+        4: [("a", "b", 4)],
+        5: [("a", "b", 1)],
+        6: [("a", "b", 1), ("c", "d", 0)],
+    }
+    ring = ProductRing(RealRing(["loss"]), IntegerRing(), names=("sum", "count"))
+    view = Maintainer(Query({"S": ["src", "dest", "loss"]}, ring, free=["src", "dest"]))
+    stream = WindowedStream(view, {"S": StreamTable("ts", partition=1, window="RANGE 2")})
+    expected = {
+        2: {("a", "b"): 14, ("b", "c"): 27},
+        3: {("a", "b"): 16, ("b", "c"): 15},
+        4: {("a", "b"): 11, ("b", "c"): 3},
+        5: {("a", "b"): 5},
+        6: {("a", "b"): 2, ("c", "d"): 0},  # (c, d) stays: one row of loss 0 (count > 0)
+    }
+    for p, rows in data.items():
+        frame = pd.DataFrame(rows, columns=["src", "dest", "loss"]).assign(ts=float(p))
+        stream.insert("S", frame)
+        stream.advance_watermark(p + 1)
+        if p in expected:
+            sums = {k: v[0] for k, v in view.result().items()}
+            assert sums == expected[p], p
+
+
+def test_expiry_is_one_delete_batch_per_table_in_the_same_apply():
+    seen = []
+
+    class Recorder:
+        relations = {"S": None}
+
+        def apply(self, batches):
+            seen.append([(b.relation, len(b.rows), int(b.signs()[0])) for b in batches])
+
+    stream = WindowedStream(Recorder(), {"S": StreamTable("ts", partition=10, window="RANGE 10")})
+    stream.insert("S", {"ts": [1.0, 2.0, 11.0, 12.0, 13.0]})
+    stream.insert("S", {"ts": [35.0]})  # watermark 35 expires partitions 0 (end 20) and 1 (30)
+    assert seen == [[("S", 5, 1)], [("S", 5, -1), ("S", 1, 1)]]
+    assert stream.partitions("S") == [3]
+
+
+def test_datetime_event_times_and_unit_windows():
+    view = Maintainer(sum_count_query())
+    stream = WindowedStream(
+        view,
+        {"S": StreamTable("ts", partition="1 MINUTE", window="RANGE 2 MINUTES")},
+        lateness="30s",
+    )
+    t0 = pd.Timestamp("2026-01-01 09:00")
+    for minute, loss in enumerate([5.0, 9.0, 7.0, 4.0]):
+        ts = t0 + pd.Timedelta(minutes=minute, seconds=40)
+        stream.insert("S", pd.DataFrame({"ts": [ts], "src": ["a"], "loss": [loss]}))
+    # the watermark is 9:03:10: partitions 9:00 (end 9:01 + 2 min = 9:03) expired
+    assert stream.watermark == pd.Timestamp("2026-01-01 09:03:10")
+    assert as_plain(view.result()) == {("a",): (20.0, 3)}
+    with pytest.raises(BatchError, match="datetimes"):
+        stream.insert("S", pd.DataFrame({"ts": [1.0], "src": ["a"], "loss": [1.0]}))
+    assert as_plain(view.result()) == {("a",): (20.0, 3)}
+
+
+def test_partitions_window_and_unbounded_window():
+    fixed = Maintainer(sum_count_query())
+    everything = Maintainer(sum_count_query())
+    a = WindowedStream(fixed, {"S": StreamTable("ts", 10, Window.partitions(1, 2))})
+    b = WindowedStream(everything, {"S": StreamTable("ts", 10, "UNBOUNDED")})
+    oracle = Oracle(lateness=0.0)
+    for batch in random_batches(seed=7, n=25):
+        batch = batch[~oracle.late(batch)]  # lateness 0 here: keep the stream in order
+        batch = batch.sort_values("ts")
+        oracle.accept(batch)
+        for s in (a, b):
+            s.insert("S", batch.iloc[: len(batch) // 2])
+            s.insert("S", batch.iloc[len(batch) // 2 :])
+        rows = oracle.rows
+        inside = rows[(np.floor(rows["ts"] / 10) >= 1) & (np.floor(rows["ts"] / 10) <= 2)]
+        assert as_plain(fixed.result()) == (grouped(inside))
+        assert as_plain(everything.result()) == (grouped(rows))
+
+
+def test_stream_tables_are_append_only_and_checked():
+    view = Maintainer(sum_count_query())
+    stream = WindowedStream(view, {"S": StreamTable("ts", 10, "RANGE 20")})
+    with pytest.raises(BatchError, match="append-only"):
+        stream.apply(UpdateBatch.deletes("S", {"ts": [1.0], "src": ["a"], "loss": [1.0]}))
+    with pytest.raises(BatchError, match="no event-time column 'ts'"):
+        stream.insert("S", {"src": ["a"], "loss": [1.0]})
+    with pytest.raises(BatchError, match="neither a number nor a datetime"):
+        stream.insert("S", {"ts": ["soon"], "src": ["a"], "loss": [1.0]})
+    with pytest.raises(BatchError, match="no event time"):
+        stream.insert("S", {"ts": [np.nan], "src": ["a"], "loss": [1.0]})
+    with pytest.raises(SchemaError, match="read by none"):
+        WindowedStream(view, {"T": StreamTable("ts", 10)})
+    assert view.result() == {} and stream.watermark == -np.inf
+    stream.insert("S", {"ts": [50.0], "src": ["a"], "loss": [1.0]})
+    with pytest.raises(BatchError, match="does not go back"):
+        stream.advance_watermark(10.0)
+
+
+def test_a_target_rejecting_the_batch_leaves_every_target_and_the_stream_unchanged():
+    extremes = MinMaxView("S", values=["ts"], by=["src"])
+    first = Maintainer(sum_count_query())
+    stream = WindowedStream([extremes, first], {"S": StreamTable("ts", 10, "RANGE 20")}, lateness=5)
+    stream.insert("S", {"ts": [1.0, 12.0], "src": ["a", "b"], "loss": [1.0, 2.0]})
+    before = (as_plain(first.result()), extremes.result(), stream.window_rows("S"))
+    # the second target rejects a non-numeric loss; the first one had applied the batch
+    # (expiring partition 0 too) and is undone
+    bad = pd.DataFrame({"ts": [40.0], "src": ["a"], "loss": ["x"]}).astype({"loss": object})
+    with pytest.raises(BatchError, match="'x' is a string"):
+        stream.insert("S", bad)
+    assert as_plain(first.result()) == before[0]
+    pd.testing.assert_frame_equal(extremes.result(), before[1])
+    pd.testing.assert_frame_equal(stream.window_rows("S"), before[2])
+    assert stream.watermark == 7.0
+
+
+def test_other_relations_pass_through_in_the_same_apply():
+    ring = ProductRing(RealRing(["loss"]), IntegerRing(), names=("sum", "count"))
+    query = Query({"S": ["src", "loss"], "D": ["src", "region"]}, ring, free=["region"])
+    view = Maintainer(query)
+    stream = WindowedStream(view, {"S": StreamTable("ts", 10, "RANGE 10")})
+    stream.apply(
+        [
+            UpdateBatch.inserts("D", {"src": ["a", "b"], "region": ["eu", "us"]}),
+            UpdateBatch.inserts(
+                "S", {"ts": [1.0, 2.0, 3.0], "src": ["a", "b", "b"], "loss": [1.0, 2.0, 3.0]}
+            ),
+        ]
+    )
+    assert as_plain(view.result()) == {("eu",): (1.0, 1), ("us",): (5.0, 2)}
+    stream.apply(
+        [
+            UpdateBatch.deletes("D", {"src": ["b"], "region": ["us"]}),
+            UpdateBatch.inserts("S", {"ts": [25.0], "src": ["a"], "loss": [4.0]}),
+        ]
+    )  # watermark 25 expires partition 0 (end 10 + 10)
+    assert as_plain(view.result()) == {("eu",): (4.0, 1)}
+    with pytest.raises(BatchError, match="neither a stream table"):
+        stream.apply(UpdateBatch.inserts("X", {"a": [1]}))
+
+
+# ------------------------------------------------------------------ SQL views
+def test_sql_views_over_a_windowed_stream_table_equal_duckdb_after_every_batch():
+    db = Database(
+        "CREATE TABLE S (ts DOUBLE, src TEXT, loss DOUBLE);CREATE TABLE D (src TEXT, region TEXT);"
+    )
+    views = {
+        "per_src": "SELECT src, SUM(loss) AS total, COUNT(*) AS n FROM S GROUP BY src",
+        "per_region": (
+            "SELECT D.region, SUM(S.loss) AS total, AVG(S.loss) AS mean "
+            "FROM S JOIN D ON S.src = D.src GROUP BY D.region"
+        ),
+    }
+    for name, sql in views.items():
+        db.create_view(name, sql)
+    dims = pd.DataFrame({"src": list("abcd"), "region": ["eu", "eu", "us", "ap"]})
+    db.insert("D", dims)
+    stream = WindowedStream(
+        db,
+        {"S": StreamTable("ts", partition=WIDTH, window=f"RANGE {RANGE}")},
+        lateness=LATENESS,
+        late="dead_letter",
+    )
+    oracle = Oracle()
+    diffs = []
+    db.view("per_src").subscribe(diffs.append)
+    for batch in random_batches(seed=11):
+        oracle.accept(batch)
+        stream.insert("S", batch)
+        window = oracle.window()
+        tables = {"S": window if len(window) else pd.DataFrame(
+            {"ts": pd.Series(dtype=float), "src": pd.Series(dtype=object),
+             "loss": pd.Series(dtype=float)}
+        ), "D": dims}  # fmt: skip
+        for name, sql in views.items():
+            assert_same_rows(db.view(name).to_pandas(), duckdb_rows(sql, tables), name)
+        assert len(db.table("S")) == len(window)
+    assert len(stream.dead_letters("S")) == len(oracle.dead) > 0
+    assert any((d["multiplicity"] < 0).any() for d in diffs)  # expiry reached subscribers
+
+
+# ------------------------------------------------------------------ MIN / MAX
+def test_minmax_view_equals_pandas_under_random_inserts_and_deletes():
+    rng = np.random.default_rng(3)
+    view = MinMaxView("R", values=["x", "y"], by=["g", "h"])
+    rows = pd.DataFrame({"g": [], "h": [], "x": [], "y": []})
+    for _ in range(60):
+        k = int(rng.integers(1, 12))
+        new = pd.DataFrame(
+            {
+                "g": rng.choice(["p", "q", "r"], k),
+                "h": rng.integers(0, 3, k),
+                "x": rng.integers(-4, 5, k),
+                "y": rng.normal(size=k).round(1),
+            }
+        )
+        gone = rows.sample(
+            n=min(len(rows), int(rng.integers(0, 8))), random_state=int(rng.integers(1 << 30))
+        )
+        view.apply([UpdateBatch.inserts("R", new), UpdateBatch.deletes("R", gone)])
+        rows = pd.concat([rows.drop(index=gone.index), new], ignore_index=True)
+        got = view.result().sort_values(["g", "h"]).reset_index(drop=True)
+        want = (
+            rows.groupby(["g", "h"])
+            .agg(count=("x", "size"), min_x=("x", "min"), max_x=("x", "max"),
+                 min_y=("y", "min"), max_y=("y", "max"))
+            .reset_index()
+        )  # fmt: skip
+        assert len(got) == len(want)
+        for c in ["count", "min_x", "max_x", "min_y", "max_y"]:
+            np.testing.assert_array_equal(got[c].to_numpy(float), want[c].to_numpy(float), c)
+        assert got["g"].tolist() == want["g"].tolist()
+    with pytest.raises(BatchError, match="does not hold"):
+        view.apply(UpdateBatch.deletes("R", {"g": ["p"], "h": [0], "x": [99], "y": [0.0]}))
+
+
+def test_windowed_max_min_equal_recomputation_and_viewdf_t3():
+    # T3: W = 2, S[1] = {3, 8}, S[2] = {5}, S[3] = {2, 4}, S[4] = {1}: MAX 8, 5, 4
+    extremes = MinMaxView("S", values=["loss"], by=["src"])
+    stream = WindowedStream(extremes, {"S": StreamTable("ts", 1, "RANGE 2")})
+    maxima = []
+    for p, values in enumerate([[3, 8], [5], [2, 4], [1]], start=1):
+        stream.insert(
+            "S", {"ts": [float(p)] * len(values), "src": ["a"] * len(values), "loss": values}
+        )
+        stream.advance_watermark(p + 1)
+        maxima.append(int(extremes.result()["max_loss"].iloc[0]))
+    assert maxima[1:] == [8, 5, 4]
+
+    extremes = MinMaxView("S", values=["loss", "ts"], by=["src"])
+    stream = WindowedStream(
+        extremes, {"S": StreamTable("ts", WIDTH, f"RANGE {RANGE}")}, lateness=LATENESS,
+        late="dead_letter",
+    )  # fmt: skip
+    oracle = Oracle()
+    for batch in random_batches(seed=5, n=50):
+        oracle.accept(batch)
+        stream.insert("S", batch)
+        window = oracle.window()
+        got = extremes.result().sort_values("src").reset_index(drop=True)
+        if not len(window):
+            assert not len(got)
+            continue
+        want = (
+            window.groupby("src")
+            .agg(count=("loss", "size"), min_loss=("loss", "min"), max_loss=("loss", "max"),
+                 min_ts=("ts", "min"), max_ts=("ts", "max"))
+            .reset_index()
+        )  # fmt: skip
+        pd.testing.assert_frame_equal(got, want, check_dtype=False)
+
+
+# ------------------------------------------------------------------ patterns
+def red(new, prev):
+    return new["loss"] > 10
+
+
+def view2_stream():
+    pattern = PatternView(
+        "S",
+        by=["src", "dest"],
+        pattern="a b c d+",
+        where={"a": red, "b": red, "c": red, "d": red, "d[i]": red},
+        sums=["loss"],
+    )
+    return pattern, WindowedStream(pattern, {"S": StreamTable("ts", partition=1)})
+
+
+T4 = {
+    ("a", "b"): [12, 15, 11, 20, 9, 13, 14],
+    ("b", "c"): [11] * 7,
+    ("c", "d"): [10, 50, 50, 50, 50, 5, 50],
+}
+
+
+def t4_partition(t: int) -> pd.DataFrame:
+    rows = [(float(t), s, d, float(v[t])) for (s, d), v in T4.items()]
+    return pd.DataFrame(rows, columns=["ts", "src", "dest", "loss"])
+
+
+def test_viewdf_t4_pattern_view2_and_its_helper():
+    pattern, stream = view2_stream()
+    helper_expected = {
+        3: {("a", "b"): (4, 4, 58), ("b", "c"): (4, 4, 44), ("c", "d"): (3, 3, 150)},
+        4: {("b", "c"): (4, 5, 55), ("c", "d"): (4, 4, 200)},
+        5: {("a", "b"): (1, 1, 13), ("b", "c"): (4, 6, 66)},
+    }
+    expected = {
+        0: [], 1: [], 2: [],
+        3: [("a", "b", 4, 58), ("b", "c", 4, 44)],
+        4: [("b", "c", 5, 55), ("c", "d", 4, 200)],
+        5: [("b", "c", 6, 66)],
+        6: [("b", "c", 7, 77)],
+    }  # fmt: skip
+    for t in range(7):
+        stream.insert("S", t4_partition(t))
+        assert pattern.partition == (t - 1 if t else None)  # partition t is not complete yet
+        stream.advance_watermark(t + 1)
+        assert pattern.partition == t
+        got = pattern.result()
+        rows = sorted(
+            zip(got["src"], got["dest"], got["count"], got["sum_loss"].astype(int), strict=True)
+        )
+        assert rows == expected[t], t
+        assert (got["ts"] == t).all()
+        if t in helper_expected:
+            h = pattern.helper()
+            states = {
+                (s, d): (st, c, int(v))
+                for s, d, st, c, v in zip(
+                    h["src"], h["dest"], h["state"], h["count"], h["sum_loss"], strict=True
+                )
+            }
+            assert states == helper_expected[t], t
+
+
+def test_pattern_view_missing_event_breaks_the_run_and_partitions_complete_in_order():
+    pattern, stream = view2_stream()
+    for t in range(4):
+        stream.insert("S", t4_partition(t))
+    frame = t4_partition(4)
+    stream.insert("S", frame[frame["src"] != "b"])  # (b, c) has no event at t5
+    stream.insert("S", t4_partition(5))
+    assert pattern.partition == 4  # the watermark (lateness 0) is at 5: 0..4 are complete
+    stream.advance_watermark(6)
+    assert pattern.partition == 5
+    h = pattern.helper().set_index(["src", "dest"])
+    assert (h.loc[("b", "c"), "state"], h.loc[("b", "c"), "count"]) == (1, 1)
+    # an empty partition ends every run
+    stream.advance_watermark(8)
+    assert pattern.partition == 7 and not len(pattern.helper()) and not len(pattern.result())
+
+
+def test_viewdf_t5_kleene_with_previous_occurrence():
+    pattern = PatternView(
+        "S",
+        by=["key"],
+        pattern=Pattern.parse(
+            "(a, b+)",
+            {"a": lambda new, prev: new.loss > 10, "b[i]": lambda new, prev: new.loss > prev.loss},
+        ),
+    )
+    stream = WindowedStream(pattern, {"S": StreamTable("ts", 1)}, lateness=0.5)
+    present = []
+    for t, loss in enumerate([11, 5, 6, 7, 3]):
+        stream.insert("S", {"ts": [t + 0.5], "key": ["k"], "loss": [float(loss)]})
+        stream.advance_watermark(t + 1)
+        present.append(len(pattern.result()))
+    assert present == [0, 1, 1, 1, 0]
+    assert not len(pattern.helper())
+
+
+def test_pattern_view_rejects_two_events_of_a_key_in_a_partition_atomically():
+    pattern, stream = view2_stream()
+    counter = Maintainer(Query({"S": ["src"]}, IntegerRing(), free=["src"]))
+    stream = WindowedStream([counter, pattern], {"S": StreamTable("ts", 1)}, lateness=2)
+    stream.insert("S", t4_partition(0))
+    with pytest.raises(BatchError, match=r"two events in partition 0"):
+        stream.insert("S", t4_partition(0).iloc[:1])
+    assert counter.result() == {("a",): 1, ("b",): 1, ("c",): 1}
+    with pytest.raises(SchemaError, match="name no transition"):
+        Pattern.parse("a b", {"c": red})
+
+    def broken(new, prev):
+        raise ZeroDivisionError("boom")
+
+    bad = PatternView("S", ["src"], "a", {"a": broken})
+    stream = WindowedStream([counter, bad], {"S": StreamTable("ts", 1)})
+    before = counter.result()
+    with pytest.raises(BatchError, match="predicate 'a' failed on partition 0"):
+        stream.insert("S", {"ts": [0.0, 1.5], "src": ["a", "b"]})
+    assert counter.result() == before
+
+
+def test_durations_and_windows_parse():
+    assert parse_duration("10 MINUTES") == pd.Timedelta(minutes=10)
+    assert parse_duration("600") == 600.0 and parse_duration(5) == 5.0
+    assert Window.parse("RANGE 1 hour").length == pd.Timedelta(hours=1)
+    assert Window.parse("PARTITIONS 3 TO 5") == Window.partitions(3, 5)
+    assert Window.parse(None).kind == "unbounded"
+    with pytest.raises(RingmlError, match="cannot read the window"):
+        Window.parse("ROWS 10")
