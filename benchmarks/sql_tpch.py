@@ -182,32 +182,12 @@ KEYS = {
 # ============================================================================ data and stream
 def tpch_frames(sf: float, cache: Path, log) -> dict[str, pd.DataFrame]:
     """The TPC-H tables at ``sf`` (generated into ``cache`` once) as typed frames."""
-    import pyarrow.parquet as pq
+    from ringml.datasets.tpch import tpch_tables
 
-    tables = STATIC + STREAMED
-    if not all((cache / f"{t}.parquet").exists() for t in tables):
-        generator = shutil.which("tpchgen-cli") or str(Path(sys.executable).parent / "tpchgen-cli")
-        if not Path(generator).exists():
-            raise SystemExit("tpchgen-cli is not installed (pip install -e '.[dev]')")
-        cache.mkdir(parents=True, exist_ok=True)
-        command = [generator, "parquet", "-s", f"{sf:g}", f"--output-dir={cache}"]
-        log("generating: " + " ".join(command))
-        subprocess.run(command, check=True, capture_output=True)
-    frames = {}
-    for table in tables:
-        frame = pq.read_table(cache / f"{table}.parquet").to_pandas(date_as_object=False)
-        for column in frame.columns:
-            values = frame[column]
-            if values.dtype.kind == "M":
-                frame[column] = values.astype("datetime64[ns]")
-            elif values.dtype == object and len(values) and not isinstance(values.iloc[0], str):
-                frame[column] = values.astype(np.float64)  # decimal.Decimal
-            elif values.dtype.kind == "i":
-                frame[column] = values.astype(np.int64)
-            elif values.dtype != object:
-                frame[column] = values.astype(object)
-        frames[table] = frame
-    return frames
+    try:
+        return tpch_tables(sf, cache, STATIC + STREAMED, log)
+    except FileNotFoundError as error:
+        raise SystemExit(str(error)) from None
 
 
 @dataclass
@@ -249,18 +229,10 @@ class Stream:
 
 
 def build(frames: dict[str, pd.DataFrame], args) -> Stream:
-    from ringml.datasets import build_stream
+    from ringml.datasets.tpch import tpch_stream
 
-    rng = np.random.default_rng(args.seed)
-    tables = {
-        t: frames[t].iloc[rng.permutation(len(frames[t]))].reset_index(drop=True) for t in STREAMED
-    }
-    batches = build_stream(
-        tables,
-        batch_size=args.batch_size,
-        delete_fraction=args.deletes,
-        seed=args.seed,
-        order=list(STREAMED),
+    tables, batches = tpch_stream(
+        frames, STREAMED, batch_size=args.batch_size, delete_fraction=args.deletes, seed=args.seed
     )
     if args.max_batches:
         batches = batches[: args.max_batches]
