@@ -196,9 +196,17 @@ class Dictionary:
         codes = self._lookup(keys)
         unseen = codes < 0
         if unseen.any():
-            unique_keys, first, inverse = np.unique(
-                keys[unseen], axis=0, return_index=True, return_inverse=True
-            )
+            fresh = keys[unseen]
+            if (fresh[:, 0] == fresh[0, 0]).all():  # one kind: the same order, a 1-d sort
+                bits, first, inverse = np.unique(
+                    fresh[:, 1], return_index=True, return_inverse=True
+                )
+                unique_keys = np.empty((bits.size, 2), dtype=np.int64)
+                unique_keys[:, 0], unique_keys[:, 1] = fresh[0, 0], bits
+            else:
+                unique_keys, first, inverse = np.unique(
+                    fresh, axis=0, return_index=True, return_inverse=True
+                )
             new_codes = np.arange(self._size, self._size + unique_keys.shape[0], dtype=np.int64)
             for kind in np.unique(unique_keys[:, 0]):
                 rows = np.flatnonzero(unique_keys[:, 0] == kind)
