@@ -192,12 +192,15 @@ class StreamTable:
     partitions of width ``partition`` starting at ``origin``, seen through ``window``.
 
     Event times are numbers (any unit; a duration written with a unit counts seconds) or
-    datetimes (durations are then Timedeltas or text such as ``"1 MINUTE"``)."""
+    datetimes (durations are then Timedeltas or text such as ``"1 MINUTE"``).  ``source``
+    names the stream its rows come from (default: the table itself): rows appended to a
+    source go to every stream table of that source, each through its own window."""
 
     time_column: str
     partition: Duration
     window: Window | str | None = None
     origin: float | pd.Timestamp | str = 0.0
+    source: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.time_column, str) or not self.time_column:
@@ -359,6 +362,7 @@ class _Plan:
     newest: float
     stream: list[UpdateBatch] = field(default_factory=list)  # expiry deletes, then inserts
     inserts: dict[str, tuple[np.ndarray, pd.DataFrame]] = field(default_factory=dict)
+    sources: set[str] = field(default_factory=set)
     late: dict[str, pd.DataFrame] = field(default_factory=dict)
     per_target: list[list[UpdateBatch]] = field(default_factory=list)
     patterns: list[tuple[PatternView, Any]] = field(default_factory=list)
@@ -386,7 +390,7 @@ class WindowedStream:
     ) -> None:
         if late not in ("reject", "dead_letter"):
             raise InputTypeError(f"late is 'reject' or 'dead_letter', got {late!r}")
-        if not isinstance(tables, Mapping) or not tables:
+        if not isinstance(tables, Mapping):
             raise InputTypeError("tables maps stream table names to StreamTable specs")
         listed = list(targets) if isinstance(targets, list | tuple) else [targets]
         self.patterns: list[PatternView] = [t for t in listed if isinstance(t, PatternView)]
@@ -406,6 +410,16 @@ class WindowedStream:
                     f"here ({sorted(tables)})"
                 )
         self.tables: dict[str, StreamTable] = dict(tables)
+        self._sources: dict[str, list[str]] = {}
+        for name, spec in tables.items():
+            self._sources.setdefault(spec.source or name, []).append(name)
+        for source, names in self._sources.items():
+            columns = {self.tables[n].time_column for n in names}
+            if len(columns) > 1:
+                raise SchemaError(
+                    f"the stream tables {names} of source {source!r} name different event-time "
+                    f"columns {sorted(columns)}"
+                )
         self.late = late
         self.lateness = parse_duration(lateness)
         self._clock = _Clock()
@@ -413,7 +427,36 @@ class WindowedStream:
         self._watermark = -np.inf
         self._newest = -np.inf
         self._dead: dict[str, list[pd.DataFrame]] = {}
+        self._seen: set[str] = set()  # the sources that received rows
         self.batches_applied = 0
+
+    def add_table(self, name: str, spec: StreamTable) -> None:
+        """Add a stream table (e.g. a new window over a source), read by a target or a
+        pattern view given at construction (targets' relations are read again).  A table
+        of a source that has rows already would miss them, and is refused."""
+        if not isinstance(spec, StreamTable):
+            raise InputTypeError(f"stream table {name!r}: expected a StreamTable, got {spec!r}")
+        if name in self.tables:
+            raise SchemaError(f"stream table {name!r} exists already")
+        source = spec.source or name
+        siblings = self._sources.get(source, [])
+        if source in self._seen:
+            raise SchemaError(
+                f"stream table {name!r}: its source {source!r} has rows already, which a new "
+                "window would miss; declare windows before the first rows"
+            )
+        if siblings and self.tables[siblings[0]].time_column != spec.time_column:
+            raise SchemaError(
+                f"stream table {name!r}: source {source!r} has event time "
+                f"{self.tables[siblings[0]].time_column!r}, not {spec.time_column!r}"
+            )
+        columns = [_relations(t) for t in self.targets]
+        if not any(name in c for c in columns) and not any(p.table == name for p in self.patterns):
+            raise SchemaError(f"stream table {name!r} is read by none of the targets")
+        self._columns = columns
+        self.tables[name] = spec
+        self._sources.setdefault(source, []).append(name)
+        self._buffers[name] = _Partitions()
 
     # ---------------------------------------------------------------- reading
     @property
@@ -436,16 +479,17 @@ class WindowedStream:
         frame = self._buffers[table].frame(self.partitions(table))
         return frame if frame is not None else pd.DataFrame()
 
-    def dead_letters(self, table: str) -> pd.DataFrame:
-        """The late rows of ``table`` kept with ``late="dead_letter"``, with the watermark
-        they missed (column ``_watermark``)."""
-        self._spec(table)
-        pieces = self._dead.get(table, [])
+    def dead_letters(self, source: str) -> pd.DataFrame:
+        """The late rows appended to ``source`` (a stream table or the source of several)
+        kept with ``late="dead_letter"``, with the watermark they missed (``_watermark``)."""
+        if source not in self._sources:
+            raise SchemaError(f"unknown stream {source!r}; the streams are {sorted(self._sources)}")
+        pieces = self._dead.get(source, [])
         return pd.concat(pieces, ignore_index=True) if pieces else pd.DataFrame()
 
     # ---------------------------------------------------------------- changes
     def insert(self, table: str, rows) -> Any:
-        """Append ``rows`` to the stream table ``table`` (see :meth:`apply`)."""
+        """Append ``rows`` to the stream table (or source) ``table`` (see :meth:`apply`)."""
         return self.apply([UpdateBatch.inserts(table, as_frame(rows, table))])
 
     def advance_watermark(self, time: Any) -> Any:
@@ -531,7 +575,7 @@ class WindowedStream:
 
     def _accept(self, batch: UpdateBatch, late: dict[str, list[pd.DataFrame]]):
         """A stream batch's accepted rows (times, frame); late rows raise or go to ``late``."""
-        spec = self.tables[batch.relation]
+        spec = self.tables[self._sources[batch.relation][0]]
         signs = batch.signs()
         if (signs != 1).any():
             at = int(np.flatnonzero(signs != 1)[0])
@@ -577,8 +621,14 @@ class WindowedStream:
         for batch in batches:
             if not isinstance(batch, UpdateBatch):
                 raise InputTypeError(f"apply takes UpdateBatches, got {type(batch).__name__}")
-            if batch.relation in self.tables:
+            if batch.relation in self._sources:
                 accepted.setdefault(batch.relation, []).append(self._accept(batch, late))
+            elif batch.relation in self.tables:
+                raise BatchError(
+                    f"stream table {batch.relation!r} is fed by its source "
+                    f"{self.tables[batch.relation].source!r}",
+                    batch.relation,
+                )
             elif not any(batch.relation in c for c in self._columns):
                 raise BatchError(
                     f"relation {batch.relation!r} is neither a stream table nor a relation of "
@@ -599,10 +649,12 @@ class WindowedStream:
             watermark = max(watermark, explicit)
         plan = _Plan(watermark, newest)
         plan.late = {t: pd.concat(p, ignore_index=True) for t, p in late.items()}
-        for table, pieces in accepted.items():
+        plan.sources = set(accepted)
+        for source, pieces in accepted.items():
             frame = pd.concat([f for _, f in pieces], ignore_index=True)
             times = np.concatenate([t for t, _ in pieces])
-            plan.inserts[table] = (self._parts(self.tables[table], times), frame)
+            for table in self._sources[source]:
+                plan.inserts[table] = (self._parts(self.tables[table], times), frame)
         for table in self.tables:
             self._plan_table(table, plan)
         for pattern in self.patterns:
@@ -662,6 +714,7 @@ class WindowedStream:
         for table, rows in plan.late.items():
             self._dead.setdefault(table, []).append(rows)
         self._watermark, self._newest = plan.watermark, plan.newest
+        self._seen |= plan.sources
         for pattern, state in plan.patterns:
             pattern._commit(state)
         for table, buffer in self._buffers.items():

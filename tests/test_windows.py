@@ -16,7 +16,8 @@ from ringml.rings.scalar import IntegerRing, ProductRing, RealRing
 
 from ringml import Maintainer, Query, UpdateBatch
 from ringml.errors import BatchError, RingmlError, SchemaError
-from ringml.sql import Database
+from ringml.sql import Database, StreamDatabase
+from ringml.sql.errors import SqlNameError, SqlSemanticError
 from ringml.windows import (
     LateEventError,
     MinMaxView,
@@ -325,6 +326,89 @@ def test_sql_views_over_a_windowed_stream_table_equal_duckdb_after_every_batch()
         assert len(db.table("S")) == len(window)
     assert len(stream.dead_letters("S")) == len(oracle.dead) > 0
     assert any((d["multiplicity"] < 0).any() for d in diffs)  # expiry reached subscribers
+
+
+def empty_s() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "ts": pd.Series(dtype=float),
+            "src": pd.Series(dtype=object),
+            "loss": pd.Series(dtype=float),
+        }
+    )
+
+
+@pytest.mark.parametrize("late", ["reject", "dead_letter"])
+def test_stream_database_windowed_views_equal_duckdb_after_every_batch(late):
+    """Two windows and the unbounded table over one stream, joined with a dimension table;
+    every view equals DuckDB over the oracle's rows inside its window after every batch."""
+    sdb = StreamDatabase("CREATE TABLE D (src TEXT, region TEXT)", lateness=LATENESS, late=late)
+    sdb.create_stream_table(
+        "CREATE TABLE S (ts DOUBLE, src TEXT, loss DOUBLE)", time_column="ts", partition=WIDTH
+    )
+    views = {
+        ("short", "RANGE 30"): "SELECT src, SUM(loss) AS total, COUNT(*) AS n FROM S GROUP BY src",
+        ("long", "RANGE 60"): (
+            "SELECT D.region, SUM(x.loss) AS total, AVG(x.loss) AS mean "
+            "FROM S AS x JOIN D ON x.src = D.src WHERE x.loss > 0 GROUP BY D.region"
+        ),
+        ("long_n", "RANGE 60"): "SELECT COUNT(*) AS n FROM S",
+        ("all", None): "SELECT src, SUM(loss) AS total FROM S GROUP BY src",
+    }
+    for (name, window), sql in views.items():
+        sdb.create_view(name, sql, window=window)
+    assert sdb.window_of("short") == "RANGE 30.0" and sdb.window_of("all") is None
+    dims = pd.DataFrame({"src": list("abcd"), "region": ["eu", "eu", "us", "ap"]})
+    sdb.insert("D", dims)
+    oracles = {w: Oracle(length=n) for w, n in [("RANGE 30", 30.0), ("RANGE 60", 60.0)]}
+    oracles[None] = Oracle(length=np.inf)
+    for batch in random_batches(seed=13 + (late == "reject")):
+        if late == "reject" and oracles[None].late(batch).any():
+            before = {name: sdb.view(name).to_pandas() for name, _ in views}
+            with pytest.raises(LateEventError):
+                sdb.insert("S", batch)
+            for name, _ in views:
+                pd.testing.assert_frame_equal(sdb.view(name).to_pandas(), before[name])
+            continue
+        for oracle in oracles.values():
+            oracle.accept(batch)
+        sdb.insert("S", batch)
+        for (name, window), sql in views.items():
+            rows = oracles[window].window()
+            tables = {"S": rows if len(rows) else empty_s(), "D": dims}
+            assert_same_rows(sdb.view(name).to_pandas(), duckdb_rows(sql, tables), name)
+            assert len(sdb.window_rows("S", window)) == len(rows)
+    assert sdb.watermark == oracles[None].watermark
+    if late == "dead_letter":
+        assert len(sdb.dead_letters("S")) == len(oracles[None].dead) > 0
+
+
+def test_stream_database_declares_windows_before_rows_and_checks_views():
+    sdb = StreamDatabase("CREATE TABLE D (src TEXT, region TEXT)")
+    sdb.create_stream_table(
+        "CREATE TABLE S (ts DOUBLE, src TEXT, loss DOUBLE)", time_column="ts", partition=10
+    )
+    with pytest.raises(BatchError, match="no view reads it yet"):
+        sdb.insert("S", {"ts": [1.0], "src": ["a"], "loss": [1.0]})
+    with pytest.raises(SqlSemanticError, match="reads no stream table"):
+        sdb.create_view("v", "SELECT COUNT(*) FROM D", window="RANGE 10")
+    with pytest.raises(SqlNameError):
+        sdb.create_view("v", "SELECT nope FROM S", window="RANGE 10")
+    assert "S__range_10" not in sdb.database.tables  # the rejected view left nothing behind
+    with pytest.raises(SqlNameError, match="event-time column"):
+        sdb.create_stream_table("CREATE TABLE T (ts TEXT)", time_column="ts", partition=1)
+    sdb.create_view("v", "SELECT src, COUNT(*) AS n FROM S GROUP BY src", window="RANGE 10")
+    sdb.insert("S", {"ts": [1.0], "src": ["a"], "loss": [1.0]})
+    sdb.create_view("w", "SELECT SUM(loss) AS total FROM S", window="RANGE 10")  # same window
+    assert sdb.view("w").to_pandas()["total"].tolist() == [1.0]
+    with pytest.raises(SqlSemanticError, match="has rows already"):
+        sdb.create_view("x", "SELECT COUNT(*) FROM S", window="RANGE 20")
+    with pytest.raises(BatchError, match="append-only"):
+        sdb.delete("S", {"ts": [1.0], "src": ["a"], "loss": [1.0]})
+    with pytest.raises(BatchError, match="fed by its source"):
+        sdb.insert("S__range_10", {"ts": [2.0], "src": ["a"], "loss": [1.0]})
+    sdb.advance_watermark(30.0)
+    assert sdb.view("v").to_pandas().empty
 
 
 # ------------------------------------------------------------------ MIN / MAX

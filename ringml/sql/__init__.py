@@ -6,6 +6,8 @@ Parsing is sqlglot's (imported here, never by ``import ringml``); the compiler b
 checks types and turns a SELECT into one engine query over its FROM items; errors name the
 construct and its line and column.  :func:`training_join` turns a SELECT of feature columns
 FROM a join into the covariance query a model keeps fresh (the estimators take SQL text too).
+:class:`StreamDatabase` adds stream tables and views over windows of them (``RANGE 10
+MINUTES``), their expired rows applied as deletes.
 """
 
 from .catalog import Catalog, TableSchema
@@ -19,6 +21,7 @@ from .errors import (
     SqlUnsupportedError,
 )
 from .logical import ViewPlan
+from .streams import StreamDatabase
 from .training import Feed, TrainingJoin, training_join
 from .views import Database, Subscription, View
 
@@ -32,6 +35,7 @@ __all__ = [
     "SqlSyntaxError",
     "SqlTypeError",
     "SqlUnsupportedError",
+    "StreamDatabase",
     "Subscription",
     "TableSchema",
     "TrainingJoin",

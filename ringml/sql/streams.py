@@ -1,0 +1,227 @@
+"""Stream tables and windowed SQL views: a :class:`StreamDatabase` is a
+:class:`~ringml.sql.Database` whose stream tables are appended to by event time and whose
+views read them through windows (:mod:`ringml.windows`).
+
+sqlglot does not parse CQL's ``FROM S [RANGE 10 MINUTES]``, so the window is an argument of
+the view, not SQL text::
+
+    sdb = StreamDatabase("CREATE TABLE D (src TEXT, region TEXT)", lateness="30s")
+    sdb.create_stream_table(
+        "CREATE TABLE S (ts TIMESTAMP, src TEXT, loss DOUBLE)", time_column="ts",
+        partition="1 MINUTE",
+    )
+    sdb.create_view(
+        "recent", "SELECT region, SUM(loss) FROM S JOIN D USING (src) GROUP BY region",
+        window="RANGE 10 MINUTES",
+    )
+    sdb.insert("S", rows)        # late rows rejected or dead-lettered; expiry = deletes
+
+Every stream table a windowed view reads is seen through its window (a view reading two
+stream tables windows both; ordinary tables are read whole).  Each distinct window over a
+stream table is one hidden table of the database (``S__range_600s``) fed by the stream:
+views sharing a window share its rows, and their SQL is rewritten to read it under the
+original name.  A view without ``window`` reads the stream table UNBOUNDED (every row
+stays).  Windows over a stream table are declared before its first rows; views over a
+window that exists may be created at any time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from ..batch import UpdateBatch, as_frame
+from ..errors import BatchError, InputTypeError
+from ..windows import Duration, StreamTable, Window, WindowedStream
+from .catalog import SQL_NAME, Catalog, TableSchema, parse_ddl
+from .compiler import compile_view
+from .errors import SqlNameError, SqlSemanticError
+from .parse import DIALECT, parse_select
+from .views import Database, View
+
+
+def _hidden(table: str, window: Window) -> str:
+    """The table holding ``table``'s rows inside ``window``."""
+    return table if window.kind == "unbounded" else f"{table}__{_slug(window)}"
+
+
+def _slug(window: Window) -> str:
+    if window.kind == "range":
+        length = window.length
+        text = f"{length.total_seconds():g}s" if isinstance(length, pd.Timedelta) else f"{length:g}"
+        return "range_" + re.sub(r"\W", "_", text)
+    return f"partitions_{window.first}_{window.last}".replace("-", "m")
+
+
+class StreamDatabase:
+    """A database with stream tables and windowed views (see the module docs).
+
+    ``catalog``: the ordinary tables (as for :class:`Database`); ``lateness`` and ``late``
+    (``"reject"`` / ``"dead_letter"``) as for :class:`~ringml.windows.WindowedStream`.
+    ``database`` is the underlying :class:`Database` (its views, hidden window tables
+    included); :attr:`stream` the :class:`~ringml.windows.WindowedStream` feeding it.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog | Mapping | str | None = None,
+        lateness: Duration = 0.0,
+        late: str = "reject",
+    ) -> None:
+        self.database = Database(catalog)
+        self.stream = WindowedStream(self.database, {}, lateness=lateness, late=late)
+        self._streams: dict[str, StreamTable] = {}  # declared stream tables: their partitioning
+        self._windows: dict[str, str | None] = {}  # view -> its window text
+
+    # ---------------------------------------------------------------- schema
+    def create_table(self, ddl: str) -> None:
+        """Ordinary tables (read whole by every view)."""
+        self.database.create_table(ddl)
+
+    def create_stream_table(
+        self, ddl: str, time_column: str, partition: Duration, origin: Any = 0.0
+    ) -> None:
+        """An append-only table partitioned by ``time_column`` into partitions of width
+        ``partition`` (a number in the column's units, or ``"1 MINUTE"``...)."""
+        schemas = parse_ddl(ddl)
+        if len(schemas) != 1:
+            raise SqlSemanticError(
+                f"create_stream_table takes one CREATE TABLE, got {len(schemas)}"
+            )
+        schema = schemas[0]
+        found = schema.find(time_column) if isinstance(time_column, str) else None
+        if found is None or schema.type_of(found) not in ("int", "float", "date"):
+            raise SqlNameError(
+                f"stream table {schema.name!r}: the event-time column {time_column!r} must be a "
+                f"number or date column of {list(schema.columns)}",
+                construct=str(time_column),
+            )
+        spec = StreamTable(found, partition, None, origin)
+        self.database.create_table(ddl)
+        self._streams[schema.name] = spec
+
+    def create_view(
+        self, name: str, sql: str, window: str | Window | None = None, strategy: str = "fivm"
+    ) -> View:
+        """Maintain ``sql``, reading its stream tables through ``window`` (``"RANGE 10
+        MINUTES"``, ``"PARTITIONS 3 TO 5"``, None: unbounded); nothing changes if the view
+        is rejected."""
+        from sqlglot import exp
+
+        parsed = Window.parse(window)
+        tree = parse_select(sql)
+        catalog = self.database.catalog
+        nodes = []
+        for node in tree.find_all(exp.Table):
+            schema = catalog.find(node.name)
+            if schema is not None and schema.name in self._streams:
+                nodes.append((node, schema))
+        if window is not None and not nodes:
+            raise SqlSemanticError(
+                f"view {name!r} has a window but reads no stream table "
+                f"(the stream tables are {sorted(self._streams)})"
+            )
+        staged = catalog.copy()
+        added: dict[str, tuple[TableSchema, StreamTable]] = {}
+        for node, schema in nodes:
+            hidden = (
+                schema.name if parsed.kind == "unbounded" else f"{schema.name}__{_slug(parsed)}"
+            )
+            if hidden not in self.stream.tables and hidden not in added:
+                if schema.name in self.stream._seen:
+                    raise SqlSemanticError(
+                        f"view {name!r}: stream table {schema.name!r} has rows already, which a "
+                        f"new window ({parsed}) would miss; declare its windows first"
+                    )
+                if hidden != schema.name:
+                    if staged.find(hidden) is not None:
+                        raise SqlNameError(f"a table named {hidden!r} exists already")
+                    staged.add(TableSchema(hidden, schema.columns, schema.types, schema.key))
+                base = self._streams[schema.name]
+                spec = StreamTable(
+                    base.time_column, base.partition, parsed, base.origin, source=schema.name
+                )
+                added[hidden] = (schema, spec)
+            alias = node.alias or node.name
+            node.set("this", exp.to_identifier(hidden))
+            node.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+        rewritten = tree.sql(dialect=DIALECT)
+        compile_view(rewritten, staged)  # raises before anything changes
+        for hidden, (schema, spec) in added.items():
+            if hidden != schema.name:
+                self.database.create_table(_ddl(hidden, schema))
+            self.stream.add_table(hidden, spec)
+        view = self.database.create_view(name, rewritten, strategy)
+        self._windows[view.name] = None if window is None else str(parsed)
+        return view
+
+    def view(self, name: str) -> View:
+        return self.database.view(name)
+
+    @property
+    def views(self) -> dict[str, View]:
+        return self.database.views
+
+    def window_of(self, view: str) -> str | None:
+        """The window a view reads its stream tables through (None: unbounded)."""
+        return self._windows[self.view(view).name]
+
+    # ---------------------------------------------------------------- changes
+    @property
+    def watermark(self) -> Any:
+        return self.stream.watermark
+
+    def insert(self, table: str, rows) -> None:
+        """Append rows to a stream table, or insert them into an ordinary table."""
+        self.apply([UpdateBatch.inserts(table, as_frame(rows, table))])
+
+    def delete(self, table: str, rows) -> None:
+        """Delete rows of an ordinary table (stream tables are append-only)."""
+        self.apply([UpdateBatch.deletes(table, as_frame(rows, table))])
+
+    def apply(self, batches: Iterable[UpdateBatch] | UpdateBatch) -> None:
+        """Apply batches atomically (see :meth:`WindowedStream.apply`)."""
+        if isinstance(batches, UpdateBatch):
+            batches = [batches]
+        if isinstance(batches, str | bytes | pd.DataFrame | Mapping) or not isinstance(
+            batches, Iterable
+        ):
+            raise InputTypeError(f"apply takes UpdateBatches, got {type(batches).__name__}")
+        batches = list(batches)
+        for batch in batches:
+            schema = self.database.catalog.find(getattr(batch, "relation", ""))
+            if schema is not None and schema.name in self._streams:
+                if schema.name not in self.stream._sources:
+                    raise BatchError(
+                        f"stream table {schema.name!r}: no view reads it yet, so its rows "
+                        "would be lost to every later window; create its views first",
+                        schema.name,
+                    )
+                batch.relation = schema.name
+        self.stream.apply(batches)
+
+    def advance_watermark(self, time: Any) -> None:
+        """Move the watermark (expiring what left the windows)."""
+        self.stream.advance_watermark(time)
+
+    def dead_letters(self, table: str) -> pd.DataFrame:
+        """The late rows of a stream table kept with ``late="dead_letter"``."""
+        return self.stream.dead_letters(table)
+
+    def window_rows(self, table: str, window: str | Window | None) -> pd.DataFrame:
+        """The rows of stream table ``table`` inside ``window`` now."""
+        return self.database.table(_hidden(table, Window.parse(window)))
+
+    def tables(self) -> Sequence[str]:
+        """The stream tables."""
+        return sorted(self._streams)
+
+
+def _ddl(name: str, schema: TableSchema) -> str:
+    columns = [f'"{c}" {SQL_NAME[t]}' for c, t in zip(schema.columns, schema.types, strict=True)]
+    if schema.key:
+        columns.append("PRIMARY KEY (" + ", ".join(f'"{c}"' for c in schema.key) + ")")
+    return f'CREATE TABLE "{name}" ({", ".join(columns)})'
