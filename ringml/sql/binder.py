@@ -99,9 +99,9 @@ class Aggregates:
 
     def ref(self, i: int) -> AggRef:
         function, argument, _ = self.calls[i]
-        if function == "count":
+        if function in ("count", "count_distinct"):
             return AggRef(i, "int", False)
-        kind = "float" if function == "avg" else argument.kind
+        kind = "float" if function in ("avg", "avg_distinct") else argument.kind
         return AggRef(i, kind, argument.nullable or self.global_aggregate)
 
 
@@ -480,26 +480,27 @@ class Binder:
             raise SqlSemanticError(
                 f"aggregate function {name} is not allowed {where}", self.pos(node), name
             )
-        if isinstance(node, (e.Min, e.Max)):
+        if not isinstance(node, (e.Count, e.Sum, e.Avg, e.Min, e.Max)):
             raise self.unsupported(
-                f"{name} (not maintainable under deletes in a ring)",
-                node,
-                name,
-                "use SUM, COUNT or AVG",
+                f"the aggregate {name}", node, None, "use SUM, COUNT, AVG, MIN or MAX"
             )
-        if not isinstance(node, (e.Count, e.Sum, e.Avg)):
-            raise self.unsupported(f"the aggregate {name}", node, None, "use SUM, COUNT or AVG")
         argument = node.this
-        if isinstance(argument, e.Distinct):
-            raise self.unsupported(f"{name}(DISTINCT ...)", node, "DISTINCT")
         inner = Context(context.scope, None, "aggregate", context.aliases)
         function = name.lower()
+        if isinstance(argument, e.Distinct):
+            if len(argument.expressions) != 1:
+                raise self.unsupported(f"{name}(DISTINCT ...) of several values", node, "DISTINCT")
+            argument = argument.expressions[0]
+            if function in ("count", "sum", "avg"):
+                function += "_distinct"
         if isinstance(node, e.Count) and (argument is None or isinstance(argument, e.Star)):
+            if function != "count":
+                raise self.unsupported("COUNT(DISTINCT *)", node, "DISTINCT")
             return context.aggregates.add("count", None, node)
         if node.expressions:
             raise self.unsupported(f"{name} with several arguments", node)
         ir = self.expr(argument, inner)
-        if function in ("sum", "avg"):
+        if function in ("sum", "avg", "sum_distinct", "avg_distinct"):
             require(ir, NUMBERS, name, self.pos(node))
             if ir.kind == "null":
                 ir = Lit(None, "int")

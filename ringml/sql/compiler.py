@@ -9,8 +9,11 @@ join terms, one query variable per class); items joined by no equality form a Ca
 product of connected pieces.  Group-by keys are expressions of one item.
 ``COUNT``/``SUM``/``AVG`` take expressions over any items: each argument is expanded into a
 sum of products of per-item factors (NULLs tracked by a second such sum), so each distinct
-product becomes one ring component.  Anything else raises a :class:`SqlError` naming the
-construct and its position.
+product becomes one ring component.  ``MIN``/``MAX`` and ``COUNT``/``SUM``/``AVG(DISTINCT)``
+over an expression of one item make it a *hidden key*: the engine groups by it too (the
+multiset of its values per group, exact under deletes) and a read collapses the hidden keys,
+taking each group's extreme or distinct values.  Anything else raises a :class:`SqlError`
+naming the construct and its position.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from .errors import SqlNameError, SqlSemanticError
 from .expressions import AggRef, Arith, Cmp, Col, Expr, IsNull, Lit, Logic, comparable, fold
 from .logical import (
     COUNT,
+    HIDDEN_AGGREGATES,
     AggregatePlan,
     AtomPlan,
     Component,
@@ -150,7 +154,9 @@ class _Compiler(Binder):
             select, scope, aggregates if grouped else None, create, aliases, output_slots
         )
         limit, offset = self.limit(select)
+        visible = set(self.keys)
         aggregate_plans, components = self.aggregate_plans(aggregates)
+        hidden = tuple(v for v in self.keys if v not in visible)
         atoms = self.atom_plans()
         return ViewPlan(
             sql=self.text,
@@ -165,6 +171,7 @@ class _Compiler(Binder):
             offset=offset,
             grouped=grouped,
             global_aggregate=global_aggregate,
+            hidden=hidden,
         )
 
     def check_clauses(self, select: Any) -> None:
@@ -628,6 +635,9 @@ class _Compiler(Binder):
         for i, (function, argument, node) in enumerate(aggregates.calls):
             slot = f"#a{i}"
             text = node.sql(dialect=DIALECT)
+            if function in HIDDEN_AGGREGATES:
+                plans.append(self.hidden_aggregate(slot, function, argument, node, text))
+                continue
             if argument is None:
                 plans.append(AggregatePlan(slot, "count", ((1, COUNT),), None, "int", text))
                 continue
@@ -650,6 +660,29 @@ class _Compiler(Binder):
             kind = "float" if function == "avg" else ("int" if integer else "float")
             plans.append(AggregatePlan(slot, function, value_terms, counted, kind, text))
         return tuple(plans), tuple(components.values())
+
+    def hidden_aggregate(self, slot: str, function: str, argument: Expr, node, text: str):
+        """MIN/MAX/COUNT|SUM|AVG(DISTINCT x): ``x`` becomes a hidden key (the engine keeps
+        the multiset of its values per group, exactly under deletes); a read takes the
+        extreme or the distinct values of each group."""
+        label = text.split("(")[0].upper()
+        if len(argument.sources()) != 1:
+            what = "a constant" if not argument.sources() else "an expression of several tables"
+            raise self.unsupported(
+                f"{label} over {argument.sql()} ({what})",
+                node,
+                label,
+                construct=f"{label} over several tables" if argument.sources() else label,
+            )
+        if argument.nullable:
+            raise self.unsupported(
+                f"{label} over {argument.sql()}, which can be NULL",
+                node,
+                label,
+                construct=f"{label} over a nullable expression",
+            )
+        kind = {"count_distinct": "int", "avg_distinct": "float"}.get(function, argument.kind)
+        return AggregatePlan(slot, function, (), None, kind, text, self.add_key(argument))
 
     def component(self, monomial: tuple, components: dict, node) -> Component:
         by_alias: dict[str, list[Expr]] = {}

@@ -37,8 +37,8 @@ class SqlTypeError(SqlError):
 
 
 class SqlUnsupportedError(SqlError):
-    """Valid SQL outside the view class ringml maintains (MIN/MAX, outer joins, window
-    functions, predicates across tables other than equalities, ...)."""
+    """Valid SQL outside the view class ringml maintains (outer joins, window functions,
+    MIN/MAX over several tables, ...)."""
 
 
 class SqlSemanticError(SqlError):

@@ -74,6 +74,11 @@ class AggregatePlan:
     nonnull: Terms | None
     type: str
     text: str
+    argument: str | None = None  # MIN/MAX/DISTINCT: the hidden key variable of the argument
+
+
+#: aggregates read from the values of a hidden key in each group, not from ring components
+HIDDEN_AGGREGATES = ("min", "max", "count_distinct", "sum_distinct", "avg_distinct")
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,11 @@ class ViewPlan:
     offset: int
     grouped: bool
     global_aggregate: bool
+    # free variables of the engine query that are not group-by keys: the arguments of
+    # MIN/MAX/DISTINCT aggregates and the columns ``residual`` reads; the engine groups by
+    # them too, and a read filters those groups by ``residual`` and collapses them
+    hidden: tuple[str, ...] = ()
+    residual: Expr | None = None
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -135,7 +145,11 @@ class ViewPlan:
     def describe(self) -> str:
         """A readable account of the plan."""
         lines = ["atoms:"] + [f"  {a.describe()}" for a in self.atoms]
-        lines.append(f"keys: {[v for v, _ in self.keys]}")
+        lines.append(f"keys: {[v for v, _ in self.keys if v not in self.hidden]}")
+        if self.hidden:
+            lines.append(f"hidden keys (collapsed on read): {list(self.hidden)}")
+        if self.residual is not None:
+            lines.append(f"residual filter: {self.residual.sql()}")
         lines.append(
             "components: "
             + ", ".join(
@@ -144,7 +158,8 @@ class ViewPlan:
             )
         )
         for a in self.aggregates:
-            lines.append(f"{a.slot} = {a.text}")
+            over = f" (over the hidden key {a.argument})" if a.argument else ""
+            lines.append(f"{a.slot} = {a.text}{over}")
         lines.append(
             "outputs: " + ", ".join(f"{o.name}={o.expression.sql()}" for o in self.outputs)
         )

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..rings.scalar import checked_add, checked_mul
 from .expressions import DTYPES, truth
-from .logical import COUNT, Terms, ViewPlan
+from .logical import COUNT, HIDDEN_AGGREGATES, Terms, ViewPlan
 
 MULTIPLICITY = "multiplicity"
 
@@ -79,6 +79,12 @@ class _Env(dict):
 
     def _aggregate(self, aggregate) -> tuple[np.ndarray, np.ndarray | None]:
         components, n = self.components, self.n
+        if aggregate.function in HIDDEN_AGGREGATES:  # computed by the collapse of the groups
+            value = components[aggregate.slot]
+            if aggregate.function == "count_distinct":
+                return value, None
+            null = components[COUNT] == 0  # MIN/MAX/SUM/AVG over no rows: NULL
+            return value, null if null.any() else None
         value = _sum_terms(aggregate.value, components, n)
         if aggregate.function == "count":
             return value, None

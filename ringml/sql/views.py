@@ -21,12 +21,13 @@ import pandas as pd
 from ..batch import UpdateBatch
 from ..errors import BatchError, InputTypeError, RingmlError
 from ..maintainer import STRATEGIES, Maintainer
+from ..store import group_rows
 from .catalog import Catalog, TableSchema, parse_ddl
 from .compiler import compile_view
 from .errors import SqlNameError
 from .expressions import EvaluationError, as_numbers, truth
-from .logical import AtomPlan, ViewPlan
-from .output import row_changes, view_rows
+from .logical import HIDDEN_AGGREGATES, AtomPlan, ViewPlan
+from .output import key_column, row_changes, view_rows
 from .tables import TableChange, TableStore, check_batches
 
 Subscriber = Callable[[pd.DataFrame], object]
@@ -66,6 +67,50 @@ class GroupKeys(Mapping):
     def take(self, rows: np.ndarray) -> GroupKeys:
         """The keys of the groups at ``rows``."""
         return GroupKeys(self._maintainer, self._free, self._codes[rows])
+
+
+def collapse(
+    plan: ViewPlan, maintainer: Maintainer, codes: np.ndarray, components: dict
+) -> tuple[GroupKeys, dict]:
+    """The engine's groups (``codes`` in ``query.free`` order and their components) as
+    the view's groups: those passing the residual filter, summed over the hidden keys, with
+    the MIN/MAX/DISTINCT aggregates taken over each group's values of their hidden key."""
+    free = list(maintainer.query.free)
+    visible = [v for v, _ in plan.keys if v not in plan.hidden]
+    unique, inverse = group_rows(codes[:, [free.index(v) for v in visible]])
+    m = len(unique)
+    out = {name: _group_sum(p, inverse, m) for name, p in components.items()}
+    kinds = dict(plan.keys)
+    for a in plan.aggregates:
+        if a.function in HIDDEN_AGGREGATES:
+            column = free.index(a.argument)
+            values = key_column(maintainer.decode(a.argument, codes[:, column]), kinds[a.argument])
+            out[a.slot] = _hidden_aggregate(a.function, values, inverse, m)
+    return GroupKeys(maintainer, visible, unique), out
+
+
+def _group_sum(values: np.ndarray, inverse: np.ndarray, m: int) -> np.ndarray:
+    """Per group the sum of ``values`` (exact for integers)."""
+    if values.dtype.kind in "iub":
+        out = np.zeros(m, dtype=np.int64)
+        np.add.at(out, inverse, values.astype(np.int64, copy=False))
+        return out
+    return np.bincount(inverse, weights=values, minlength=m).astype(np.float64, copy=False)
+
+
+def _hidden_aggregate(function: str, values: np.ndarray, inverse: np.ndarray, m: int):
+    """MIN/MAX or COUNT/SUM/AVG(DISTINCT) of ``values`` per group (``inverse``: group ids
+    0..m-1, every group present)."""
+    if function in ("min", "max"):
+        series = pd.Series(values).groupby(inverse, sort=True)
+        return (series.min() if function == "min" else series.max()).to_numpy()
+    pairs = pd.DataFrame({"g": inverse, "v": values}).drop_duplicates()
+    grouped = pairs.groupby("g", sort=True)["v"]
+    if function == "count_distinct":
+        return grouped.size().to_numpy().astype(np.int64)
+    if function == "sum_distinct":
+        return grouped.sum().to_numpy()
+    return grouped.mean().to_numpy().astype(np.float64)
 
 
 def _parts(payload) -> list[np.ndarray]:
@@ -130,9 +175,12 @@ class View:
     def to_pandas(self) -> pd.DataFrame:
         """The view's current rows (ORDER BY/LIMIT applied)."""
         groups = self.maintainer.groups()
-        keys = GroupKeys(self.maintainer, groups.free, groups.codes)
         parts = _parts(groups.payload)
         components = {c.name: p for c, p in zip(self.plan.components, parts, strict=True)}
+        if self.plan.hidden:
+            keys, components = collapse(self.plan, self.maintainer, groups.codes, components)
+        else:
+            keys = GroupKeys(self.maintainer, groups.free, groups.codes)
         return view_rows(self.plan, keys, components)
 
     def to_arrow(self):
@@ -154,8 +202,10 @@ class View:
 
     @property
     def windowed(self) -> bool:
-        """Whether LIMIT/OFFSET cut the result (a change of one group moves others in)."""
-        return self.plan.limit is not None or self.plan.offset > 0
+        """Whether the diff of a batch is the difference of the whole results before and
+        after it: LIMIT/OFFSET cut the result (a change of one group moves others in), or
+        engine groups collapse into output rows (MIN/MAX/DISTINCT, residual filters)."""
+        return self.plan.limit is not None or self.plan.offset > 0 or bool(self.plan.hidden)
 
     def diff(self, delta) -> pd.DataFrame:
         """The output rows that left and came with an apply, from the engine's change of the
