@@ -612,3 +612,25 @@ def test_durations_and_windows_parse():
     assert Window.parse(None).kind == "unbounded"
     with pytest.raises(RingmlError, match="cannot read the window"):
         Window.parse("ROWS 10")
+
+
+@pytest.mark.spark
+def test_windowed_stream_drives_a_distributed_maintainer(spark, tmp_path):
+    from ringml.pipelines.spark_distributed import DistributedMaintainer
+
+    dm = DistributedMaintainer(spark, sum_count_query(), shards=2, state_dir=tmp_path / "dist")
+    stream = WindowedStream(
+        dm, {"S": StreamTable("ts", WIDTH, f"RANGE {RANGE}")}, lateness=LATENESS, late="dead_letter"
+    )
+    oracle = Oracle()
+    expired = 0
+    for batch in random_batches(seed=21, n=10):
+        before = len(oracle.window())
+        accepted = len(batch) - int(oracle.late(batch).sum())
+        oracle.accept(batch)
+        stream.insert("S", batch)
+        expired += before + accepted - len(oracle.window())
+        got = {k: v for k, v in as_plain(dm.result()).items() if v[1]}
+        assert got == grouped(oracle.window())
+    assert expired > 0
+    dm.close()
