@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from ringml.rings.scalar import IntegerRing, ProductRing, RealRing
 
 from ringml import Maintainer, Query, UpdateBatch
@@ -141,6 +143,63 @@ def test_windowed_sum_count_equals_recomputation_after_every_batch(late, columns
         assert len(dead) == len(oracle.dead) > 0
         assert sorted(dead["ts"]) == sorted(oracle.dead["ts"])
         assert "_watermark" in dead.columns
+
+
+step = st.one_of(
+    st.tuples(
+        st.just("rows"),
+        st.lists(
+            st.tuples(st.integers(-8, 30), st.sampled_from("ab"), st.integers(-3, 9)),
+            max_size=6,
+        ),
+    ),
+    st.tuples(st.just("advance"), st.integers(0, 12)),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    width=st.sampled_from([1.0, 2.5, 4.0]),
+    length=st.sampled_from([1.0, 3.0, 7.5, 10.0]),
+    lateness=st.sampled_from([0.0, 2.0, 5.0]),
+    steps=st.lists(step, min_size=1, max_size=12),
+)
+def test_windows_property_boundaries_and_explicit_watermarks(width, length, lateness, steps):
+    """Event times on partition boundaries, ranges that are not multiples of the width,
+    explicit watermark moves: SUM/COUNT and MIN/MAX equal the from-scratch window."""
+    view = Maintainer(sum_count_query())
+    extremes = MinMaxView("S", values=["loss"], by=["src"])
+    stream = WindowedStream(
+        [view, extremes],
+        {"S": StreamTable("ts", width, Window.range(length))},
+        lateness=lateness,
+        late="dead_letter",
+    )
+    oracle = Oracle(width, length, lateness)
+    clock = 0.0
+    for kind, value in steps:
+        if kind == "rows":
+            batch = pd.DataFrame(value, columns=["ts", "src", "loss"]).astype({"ts": float})
+            batch["ts"] += clock
+            batch["loss"] = batch["loss"].astype(float)
+            clock += 4
+            oracle.accept(batch)
+            stream.insert("S", batch)
+        elif stream.watermark != -np.inf:
+            target = float(oracle.watermark + value)
+            oracle.watermark = target
+            stream.advance_watermark(target)
+        window = oracle.window()
+        assert as_plain(view.result()) == grouped(window)
+        got = extremes.result().sort_values("src").reset_index(drop=True)
+        if len(window):
+            want = window.groupby("src")["loss"].agg(["min", "max"]).reset_index()
+            assert got["src"].tolist() == want["src"].tolist()
+            assert got["min_loss"].tolist() == want["min"].tolist()
+            assert got["max_loss"].tolist() == want["max"].tolist()
+        else:
+            assert got.empty
+    assert len(stream.dead_letters("S")) == len(oracle.dead)
 
 
 def test_viewdf_t1_window_sum_subtract_and_add():
