@@ -108,7 +108,9 @@ PAPER = {"q3": (22049.06, 15.00), "q11": (41842.62, 20.67), "q17": (21256.16, 17
 BEATS = {"recompute": set(ORDER), "duckdb": set(ORDER) - {"mst"}}
 STATIC = ("nation", "region")
 STREAMED = ("supplier", "part", "partsupp", "customer", "orders", "lineitem")
-TPCH_SCHEMA = base.SCHEMA + """
+TPCH_SCHEMA = (
+    base.SCHEMA
+    + """
 CREATE TABLE part (p_partkey INTEGER, p_name VARCHAR(55), p_mfgr CHAR(25), p_brand CHAR(10),
                    p_type VARCHAR(25), p_size INTEGER, p_container CHAR(10),
                    p_retailprice DECIMAL(15,2), p_comment VARCHAR(23), PRIMARY KEY (p_partkey));
@@ -116,6 +118,7 @@ CREATE TABLE partsupp (ps_partkey INTEGER, ps_suppkey INTEGER, ps_availqty INTEG
                        ps_supplycost DECIMAL(15,2), ps_comment VARCHAR(199),
                        PRIMARY KEY (ps_partkey, ps_suppkey));
 """
+)
 RTOL = 1e-6
 WARMUP = 5
 
