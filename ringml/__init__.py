@@ -10,6 +10,7 @@ from .applications import covariance_query, non_join_variables
 from .batch import UpdateBatch
 from .errors import BatchError, RingmlError, SchemaError, VariableOrderError
 from .maintainer import STRATEGIES, Maintainer
+from .microbatch import Flush, MicroBatcher
 from .query import Atom, Query, natural_join_query
 from .variable_order import (
     VariableOrder,
@@ -25,7 +26,9 @@ __version__ = "0.1.0"
 __all__ = [
     "Atom",
     "BatchError",
+    "Flush",
     "Maintainer",
+    "MicroBatcher",
     "Query",
     "RingmlError",
     "STRATEGIES",

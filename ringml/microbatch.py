@@ -1,0 +1,287 @@
+"""Coalescing of small updates: many one-tuple updates maintained at the cost of one batch.
+
+F-IVM's cost per :meth:`Maintainer.apply` has a fixed part (validation, encoding, one trigger
+per relation, a few hundred numpy calls) that a batch of 1000 tuples shares and a batch of
+one tuple pays alone, so single-tuple applies run at a small fraction of the per-tuple
+throughput of large batches.  A :class:`MicroBatcher` buffers updates (single rows as plain
+tuples or mappings, or whole :class:`UpdateBatch` es) and applies them as one atomic
+``apply`` -- one batch per relation -- when ``max_rows`` rows are pending, when the oldest
+pending update is ``max_delay`` seconds old (checked on every update and by :meth:`poll`;
+no thread runs in the background), on :meth:`flush`, or when a ``with`` block ends.
+
+Semantics.  Every update is applied exactly once or rejected, and :class:`Flush` says which
+(by the ids given to :meth:`insert`, :meth:`delete` and :meth:`add`).  A flush applies its
+updates as *one* batch per relation, so, as within any batch, only the net change of each
+tuple over the flush is checked: a tuple deleted and then inserted again within one flush is
+valid in either order, while applied one update at a time the delete would be rejected.  The
+result after a flush is the result after the same rows applied one by one (up to the
+rounding of floating payloads, which are summed in another order).  When the coalesced
+apply is rejected, no view changed and the flush falls back to applying its updates one at
+a time, in arrival order: the valid ones are applied, each rejected one is reported with its
+:class:`~ringml.errors.BatchError` (not raised).  Subscribers of the maintainer see one delta
+per ``apply``: one per flush, or one per update in the fallback.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .batch import UpdateBatch
+from .delta import ResultDelta
+from .errors import BatchError, InputTypeError
+
+__all__ = ["Flush", "MicroBatcher"]
+
+#: Python types whose columns are converted directly (what from_records makes of them).
+_DIRECT = {int: np.int64, float: np.float64}
+
+
+@dataclass
+class Flush:
+    """What one flush did: the result's changes (one delta per ``apply`` it made; empty when
+    nothing was pending), the ids of the applied updates and the rejected ones with their
+    errors, in arrival order."""
+
+    deltas: list[ResultDelta | None] = field(default_factory=list)
+    applied: list[Hashable] = field(default_factory=list)
+    rejected: list[tuple[Hashable, BatchError]] = field(default_factory=list)
+    rows: int = 0
+
+    @property
+    def coalesced(self) -> bool:
+        """True when every update went through one ``apply``."""
+        return len(self.deltas) == 1
+
+
+class _Pending:
+    """The buffered updates of one relation: single rows (values, sign, id and arrival
+    number each) and whole batches (arrival number, id, frame, signs)."""
+
+    __slots__ = ("rows", "signs", "ids", "arrivals", "batches")
+
+    def __init__(self) -> None:
+        self.rows: list[tuple] = []
+        self.signs: list[int] = []
+        self.ids: list[Hashable] = []
+        self.arrivals: list[int] = []
+        self.batches: list[tuple[int, Hashable, pd.DataFrame, np.ndarray]] = []
+
+
+class MicroBatcher:
+    """Buffers updates of a :class:`~ringml.maintainer.Maintainer` and applies them in
+    coalesced batches (see the module docstring for when, and for the semantics).
+
+    ``max_rows``: flush once this many rows are pending (default 1000); ``max_delay``:
+    flush once the oldest pending update is this many seconds old (None: never by age);
+    ``clock``: the time source for ``max_delay`` (``time.monotonic``).  The methods that
+    take an update return the :class:`Flush` when that update made the batcher flush, else
+    None.  ``id``: a name of the update for :class:`Flush` (default: its arrival number).
+    """
+
+    def __init__(
+        self,
+        maintainer,
+        max_rows: int = 1000,
+        max_delay: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if int(max_rows) < 1:
+            raise ValueError(f"max_rows must be a positive integer, got {max_rows!r}")
+        if max_delay is not None and not max_delay >= 0:
+            raise ValueError(f"max_delay must be None or >= 0 seconds, got {max_delay!r}")
+        self.maintainer = maintainer
+        self.max_rows = int(max_rows)
+        self.max_delay = max_delay
+        self.clock = clock
+        self._columns = {r: tuple(c) for r, c in maintainer.query.relations.items()}
+        # relations that take updates -> their number of columns (the fast path of a row)
+        self._width = {r: len(c) for r, c in self._columns.items() if r in maintainer.updatable}
+        self._pending: dict[str, _Pending] = {}  # in order of first appearance
+        self._rows = 0
+        self._since: float | None = None
+        self._arrivals = 0
+
+    @property
+    def pending(self) -> int:
+        """Number of rows buffered and not applied yet."""
+        return self._rows
+
+    def insert(self, relation: str, row: Sequence | Mapping, id: Hashable = None) -> Flush | None:
+        """Buffer the insert of one tuple: values in the relation's column order, or a
+        mapping of every column to its value."""
+        return self._push_row(relation, row, 1, id)
+
+    def delete(self, relation: str, row: Sequence | Mapping, id: Hashable = None) -> Flush | None:
+        """Buffer the delete of one tuple (as :meth:`insert` takes it)."""
+        return self._push_row(relation, row, -1, id)
+
+    def add(self, batch: UpdateBatch, id: Hashable = None) -> Flush | None:
+        """Buffer a whole batch (its rows are checked when it is applied)."""
+        if not isinstance(batch, UpdateBatch):
+            raise InputTypeError(f"add takes an UpdateBatch, got {type(batch).__name__}")
+        self._check_relation(batch.relation)
+        signs = batch.signs()
+        arrival = self._arrive()
+        pending = self._pending.setdefault(batch.relation, _Pending())
+        pending.batches.append((arrival, arrival if id is None else id, batch.rows, signs))
+        self._rows += len(signs)
+        return self._after_push()
+
+    def poll(self) -> Flush | None:
+        """Flush when the oldest pending update is ``max_delay`` old (for idle streams)."""
+        if self._due():
+            return self.flush()
+        return None
+
+    def flush(self) -> Flush:
+        """Apply every pending update now (see the module docstring); the buffer is empty
+        afterwards, whatever was rejected."""
+        pending, self._pending = self._pending, {}
+        report = Flush(rows=self._rows)
+        self._rows, self._since = 0, None
+        if not pending:
+            return report
+        batches = [self._batch(relation, p) for relation, p in pending.items()]
+        try:
+            report.deltas.append(self.maintainer.apply(batches))
+        except BatchError:
+            pass  # nothing changed: find the rejected updates one at a time
+        else:
+            arrivals, ids = [], []
+            for p in pending.values():
+                arrivals += p.arrivals + [b[0] for b in p.batches]
+                ids += p.ids + [b[1] for b in p.batches]
+            report.applied = [ids[i] for i in np.argsort(arrivals, kind="stable")]
+            return report
+        updates = sorted(u for r, p in pending.items() for u in self._updates(r, p))
+        for _, id, batch in updates:
+            try:
+                report.deltas.append(self.maintainer.apply(batch()))
+                report.applied.append(id)
+            except BatchError as error:
+                report.rejected.append((id, error))
+        return report
+
+    def __enter__(self) -> MicroBatcher:
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        if kind is None:
+            self.flush()
+
+    # ------------------------------------------------------------------ internals
+    def _arrive(self) -> int:
+        arrival = self._arrivals
+        self._arrivals += 1
+        if self._since is None:
+            self._since = self.clock()
+        return arrival
+
+    def _push_row(self, relation: str, row, sign: int, id: Hashable) -> Flush | None:
+        if type(row) is not tuple or self._width.get(relation) != len(row):
+            row = self._row(relation, row)
+        arrival = self._arrive()
+        pending = self._pending.get(relation)
+        if pending is None:
+            pending = self._pending[relation] = _Pending()
+        pending.rows.append(row)
+        pending.signs.append(sign)
+        pending.ids.append(arrival if id is None else id)
+        pending.arrivals.append(arrival)
+        self._rows += 1
+        return self._after_push()
+
+    def _after_push(self) -> Flush | None:
+        if self._rows >= self.max_rows or self._due():
+            return self.flush()
+        return None
+
+    def _due(self) -> bool:
+        return (
+            self.max_delay is not None
+            and self._since is not None
+            and self.clock() - self._since >= self.max_delay
+        )
+
+    def _check_relation(self, relation: str) -> tuple[str, ...]:
+        columns = self._columns.get(relation)
+        if columns is None:
+            raise BatchError(
+                f"unknown relation {relation!r}; the query has {sorted(self._columns)}",
+                relation,
+            )
+        if relation not in self._width:
+            raise BatchError(
+                f"relation {relation!r} is static; declare it updatable to change it", relation
+            )
+        return columns
+
+    def _row(self, relation: str, row: Sequence | Mapping) -> tuple:
+        """A row as a tuple in column order; :class:`BatchError` for another shape."""
+        columns = self._check_relation(relation)
+        if isinstance(row, Mapping):
+            if set(row) != set(columns):
+                raise BatchError(
+                    f"relation {relation!r} has columns {list(columns)}; the row has {list(row)}",
+                    relation,
+                )
+            return tuple(row[c] for c in columns)
+        if isinstance(row, str | bytes) or not isinstance(row, Sequence):
+            raise InputTypeError(
+                f"relation {relation!r}: a row is a sequence of values in column order "
+                f"{list(columns)} or a mapping of columns to values, got {type(row).__name__}"
+            )
+        if len(row) != len(columns):
+            raise BatchError(
+                f"relation {relation!r} has {len(columns)} columns {list(columns)}; the row "
+                f"has {len(row)} values",
+                relation,
+            )
+        return tuple(row)
+
+    def _frame(self, relation: str, rows: list[tuple]) -> pd.DataFrame:
+        """The rows as a frame, with the dtypes ``DataFrame.from_records`` infers; columns
+        of Python ints (that fit int64) or floats only are converted directly."""
+        columns = list(self._columns[relation])
+        arrays = []
+        for values in zip(*rows, strict=True):
+            kinds = set(map(type, values))
+            dtype = _DIRECT.get(kinds.pop()) if len(kinds) == 1 else None
+            if dtype is None:
+                return pd.DataFrame.from_records(rows, columns=columns)
+            try:
+                arrays.append(np.fromiter(values, dtype, len(values)))
+            except OverflowError:  # an int beyond int64: inferred as from_records does
+                return pd.DataFrame.from_records(rows, columns=columns)
+        return pd.DataFrame(dict(zip(columns, arrays, strict=True)), copy=False)
+
+    def _batch(self, relation: str, pending: _Pending) -> UpdateBatch:
+        """All of a relation's pending rows as one batch."""
+        frames, signs = [], []
+        if pending.rows:
+            frames.append(self._frame(relation, pending.rows))
+            signs.append(np.asarray(pending.signs, dtype=np.int64))
+        for _, _, frame, batch_signs in pending.batches:
+            frames.append(frame)
+            signs.append(batch_signs)
+        frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        return UpdateBatch(relation, frame, np.concatenate(signs))
+
+    def _updates(self, relation: str, pending: _Pending):
+        """``(arrival, id, make the update's batch)`` of every pending update."""
+        for i, (arrival, id) in enumerate(zip(pending.arrivals, pending.ids, strict=True)):
+            row, sign = pending.rows[i], pending.signs[i]
+            yield (
+                arrival,
+                id,
+                lambda r=row, s=sign: UpdateBatch(
+                    relation, self._frame(relation, [r]), np.asarray([s], dtype=np.int64)
+                ),
+            )
+        for arrival, id, frame, signs in pending.batches:
+            yield arrival, id, lambda f=frame, s=signs: UpdateBatch(relation, f, s)

@@ -1,0 +1,176 @@
+"""MicroBatcher: coalesced single-tuple updates against one apply per update and a pandas
+flat join, rejected updates, flush triggers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ringml import BatchError, Maintainer, UpdateBatch
+from ringml.applications import covariance_query
+from ringml.errors import InputTypeError
+from ringml.microbatch import Flush, MicroBatcher
+
+SCHEMA = {"R": ["a", "x"], "S": ["a", "y", "z"]}
+
+
+def maintainer(**kw) -> Maintainer:
+    return Maintainer(covariance_query(SCHEMA), **kw)
+
+
+def oracle(tables: dict[str, list[tuple]]) -> tuple[int, np.ndarray, np.ndarray]:
+    """Count, Σ and Σxxᵀ over the flat join of the current tuples (variables x, y, z)."""
+    r = pd.DataFrame(tables["R"], columns=SCHEMA["R"])
+    s = pd.DataFrame(tables["S"], columns=SCHEMA["S"])
+    joined = r.merge(s, on="a")
+    x = joined[["x", "y", "z"]].to_numpy(dtype=float)
+    return len(joined), x.sum(axis=0), x.T @ x
+
+
+def moments(m: Maintainer):
+    return m.query.ring.moments(m.result())
+
+
+def assert_same(m: Maintainer, expected) -> None:
+    count, sums, products = moments(m)
+    assert count == expected[0]
+    np.testing.assert_allclose(sums, expected[1], rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(products, expected[2], rtol=1e-12, atol=1e-9)
+
+
+# a random stream of single-tuple updates: inserts of fresh tuples, deletes of present ones
+updates = st.lists(
+    st.tuples(
+        st.sampled_from(["R", "S"]),
+        st.booleans(),  # delete a present tuple (when there is one)
+        st.integers(0, 4),  # join key
+        st.integers(-50, 50),  # values (integers: every sum is exact)
+        st.integers(-50, 50),
+        st.integers(0, 10**6),  # which present tuple a delete picks
+    ),
+    min_size=1,
+    max_size=120,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(updates, st.integers(1, 40))
+def test_coalesced_stream_equals_oracle_after_every_flush(stream, max_rows):
+    batched = MicroBatcher(maintainer(), max_rows=max_rows)
+    one_by_one = maintainer()
+    tables: dict[str, list[tuple]] = {"R": [], "S": []}
+    for relation, delete, a, u, v, pick in stream:
+        present = tables[relation]
+        if delete and present:
+            row = present.pop(pick % len(present))
+            flush = batched.delete(relation, row)
+            one_by_one.delete(relation, pd.DataFrame([row], columns=SCHEMA[relation]))
+        else:
+            row = (a, float(u)) if relation == "R" else (a, float(u), v)
+            present.append(row)
+            flush = batched.insert(relation, row)
+            one_by_one.insert(relation, pd.DataFrame([row], columns=SCHEMA[relation]))
+        if flush is not None:  # every pending update went through one apply
+            assert flush.coalesced and not flush.rejected and flush.rows == max_rows
+            assert batched.pending == 0
+            assert_same(batched.maintainer, oracle(tables))
+        else:
+            assert batched.pending > 0
+    final = batched.flush()
+    assert not final.rejected and batched.pending == 0
+    expected = oracle(tables)
+    assert_same(batched.maintainer, expected)
+    assert_same(one_by_one, expected)
+
+
+def test_rejected_update_is_reported_and_the_others_applied():
+    m = maintainer()
+    seen = []
+    m.subscribe(seen.append)
+    batcher = MicroBatcher(m, max_rows=100)
+    batcher.insert("R", (1, 2.0), id="r1")
+    batcher.insert("S", (1, 3.0, 4), id="s1")
+    batcher.delete("R", (7, 1.0), id="absent")  # never inserted
+    batcher.add(UpdateBatch.inserts("S", pd.DataFrame({"a": [1], "y": [5.0], "z": [6]})), "b")
+    batcher.insert("R", {"a": 1, "x": 10.0}, id="r2")
+    flush = batcher.flush()
+    assert not flush.coalesced and len(flush.deltas) == 4
+    assert flush.applied == ["r1", "s1", "b", "r2"]  # arrival order
+    assert [i for i, _ in flush.rejected] == ["absent"]
+    error = flush.rejected[0][1]
+    assert isinstance(error, BatchError) and error.relation == "R"
+    # a subscriber sees the delta of each apply that changed the result (r1 alone joins none)
+    assert len(seen) == 3
+    assert_same(m, oracle({"R": [(1, 2.0), (1, 10.0)], "S": [(1, 3.0, 4), (1, 5.0, 6)]}))
+    assert batcher.pending == 0
+
+
+def test_a_flush_checks_net_changes_like_one_batch():
+    """Deleted and inserted again within one flush: valid in either order (one batch)."""
+    batcher = MicroBatcher(maintainer(), max_rows=100)
+    batcher.insert("S", (1, 1.0, 1))
+    batcher.delete("R", (1, 2.0), id="early delete")
+    batcher.insert("R", (1, 2.0))
+    flush = batcher.flush()
+    assert flush.coalesced and not flush.rejected
+    assert_same(batcher.maintainer, oracle({"R": [], "S": [(1, 1.0, 1)]}))
+    # applied one at a time, the delete of the absent tuple is rejected
+    m = maintainer()
+    with pytest.raises(BatchError):
+        m.delete("R", pd.DataFrame([(1, 2.0)], columns=["a", "x"]))
+
+
+def test_max_delay_flushes_on_update_and_poll():
+    now = [0.0]
+    batcher = MicroBatcher(maintainer(), max_rows=1000, max_delay=5.0, clock=lambda: now[0])
+    assert batcher.insert("R", (1, 1.0)) is None
+    now[0] = 4.9
+    assert batcher.insert("S", (1, 1.0, 1)) is None and batcher.poll() is None
+    now[0] = 5.0
+    flush = batcher.poll()
+    assert isinstance(flush, Flush) and flush.rows == 2 and flush.applied == [0, 1]
+    assert batcher.poll() is None  # nothing pending: no age
+    batcher.insert("R", (2, 1.0))
+    now[0] = 11.0
+    flush = batcher.insert("R", (3, 1.0))  # the oldest pending update is 6 s old
+    assert flush is not None and flush.rows == 2 and batcher.pending == 0
+
+
+def test_context_manager_flushes_and_bad_rows_raise_at_once():
+    m = maintainer(updatable=["R"])
+    with MicroBatcher(m) as batcher:
+        batcher.insert("R", (1, 1.0))
+        with pytest.raises(BatchError, match="static"):
+            batcher.insert("S", (1, 1.0, 1))
+        with pytest.raises(BatchError, match="unknown relation"):
+            batcher.insert("T", (1,))
+        with pytest.raises(BatchError, match="has 2 columns"):
+            batcher.insert("R", (1, 1.0, 3))
+        with pytest.raises(BatchError, match="columns"):
+            batcher.insert("R", {"a": 1})
+        with pytest.raises(InputTypeError):
+            batcher.insert("R", "1,1.0")
+        with pytest.raises(InputTypeError):
+            batcher.add(pd.DataFrame({"a": [1], "x": [1.0]}))
+        assert batcher.pending == 1
+    assert batcher.pending == 0
+    assert m.tuples_applied == 1
+
+
+def test_frames_keep_the_dtypes_of_from_records():
+    batcher = MicroBatcher(maintainer())
+    for rows in ([(1, 2.0), (2, 3.5)], [(1, 2), (2, 3.5)], [(2**64, 1.0)], [("a", 1.0)]):
+        got = batcher._frame("R", rows)
+        expected = pd.DataFrame.from_records(rows, columns=["a", "x"])
+        assert got.dtypes.tolist() == expected.dtypes.tolist()
+        pd.testing.assert_frame_equal(got, expected)
+
+
+def test_invalid_settings():
+    with pytest.raises(ValueError):
+        MicroBatcher(maintainer(), max_rows=0)
+    with pytest.raises(ValueError):
+        MicroBatcher(maintainer(), max_delay=-1)
