@@ -412,6 +412,14 @@ def test_stream_database_windowed_views_equal_duckdb_after_every_batch(late):
             "FROM S AS x JOIN D ON x.src = D.src WHERE x.loss > 0 GROUP BY D.region"
         ),
         ("long_n", "RANGE 60"): "SELECT COUNT(*) AS n FROM S",
+        ("extremes", "RANGE 30"): (
+            "SELECT src, MIN(loss) AS low, MAX(loss) AS high, MAX(ts) AS last_seen "
+            "FROM S GROUP BY src"
+        ),
+        ("region_max", "RANGE 60"): (
+            "SELECT D.region, MAX(x.loss) AS high, COUNT(DISTINCT x.src) AS sources "
+            "FROM S AS x JOIN D ON x.src = D.src GROUP BY D.region"
+        ),
         ("all", None): "SELECT src, SUM(loss) AS total FROM S GROUP BY src",
     }
     for (name, window), sql in views.items():
