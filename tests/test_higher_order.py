@@ -185,3 +185,36 @@ def test_random_streams_equal_a_flat_join_with_free_variables(seed):
         expected = {(int(a), int(e)): int(s) for (a, e), s in sums.items() if s != 0}
         got = {k: v for k, v in m.result().items() if v != 0}
         assert got == expected, step
+
+
+def test_sql_view_of_broker_variance_follows_the_finance_trace():
+    """The DBToaster notes' T7 trace on BSV as a SQL view kept by higher_order: one value
+    per broker, maintained from constant-size delta views (one per occurrence of bids)."""
+    from ringml.sql import Database
+
+    db = Database(
+        "CREATE TABLE bids (t DOUBLE, id BIGINT, broker_id BIGINT, price DOUBLE, volume DOUBLE)"
+    )
+    view = db.create_view(
+        "bsv",
+        """SELECT x.broker_id, SUM(x.volume * x.price * y.volume * y.price * 0.5) AS v
+           FROM bids x, bids y WHERE x.broker_id = y.broker_id GROUP BY x.broker_id""",
+        strategy="higher_order",
+    )
+    assert all(
+        set(v.keys) == {next(iter(view.maintainer.query.free))}
+        for v in view.maintainer.plan.views
+        if not v.is_leaf
+    )
+    columns = ["t", "id", "broker_id", "price", "volume"]
+    trace = [
+        ("insert", (1, 1, 1, 100, 10), {1: 500000}),
+        ("insert", (2, 2, 1, 101, 20), {1: 4560200}),
+        ("insert", (4, 4, 2, 102, 30), {1: 4560200, 2: 4681800}),
+        ("delete", (2, 2, 1, 101, 20), {1: 500000, 2: 4681800}),
+        ("insert", (7, 7, 2, 98, 5), {1: 500000, 2: 6301250}),
+    ]
+    for method, row, expected in trace:
+        getattr(db, method)("bids", pd.DataFrame([row], columns=columns))
+        got = view.to_pandas()
+        assert dict(zip(got.broker_id, got.v, strict=True)) == pytest.approx(expected)
