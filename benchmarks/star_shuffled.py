@@ -33,7 +33,9 @@ so both programs see the same machine load, caches and allocator state:
    two streams end in the same database (no deletes, whole stream).
 4. Batch size 1: the first ``--batch1-tuples`` tuples of the stream, applied one tuple per
    ``apply`` against the same tuples in their batches of 1000 (interleaved per 1000-batch
-   block), for fivm and for the numpy baseline; per-tuple throughput ratio.
+   block), for fivm and for the numpy baseline; per-tuple throughput ratio.  Also
+   ``fivm-coalesced``: the same tuples one at a time through ``ringml.MicroBatcher``
+   (``max_rows`` = the batch size, flushed at the end of each of the stream's batches).
 5. Memory, untimed, one program at a time: ``tracemalloc`` around building the program and
    replaying the whole stream (numpy reports its buffers to tracemalloc): *retained* =
    traced memory still allocated at the end (the state), *peak* = the largest traced memory
@@ -193,6 +195,38 @@ class EngineProgram(Program):
             values = self.maintainer.decode(v, codes[v]) if len(codes[v]) else []
             names += [f"{v}={x}" for x in values]
         return names, count, s, q
+
+
+class CoalescedProgram(Program):
+    """An engine program fed one tuple at a time through ``ringml.MicroBatcher``
+    (``max_rows`` = the batch size), flushed at the end of each of the stream's batches."""
+
+    def __init__(self, engine: EngineProgram, max_rows: int):
+        from ringml import MicroBatcher
+
+        self.name = f"{engine.name} coalesced"
+        self.engine = engine
+        self.batcher = MicroBatcher(engine.maintainer, max_rows=max_rows)
+
+    def prepare(self, stream):
+        """(insert or delete, relation, row tuple) per tuple; None (flush) after the last."""
+        items = []
+        for b in stream:
+            rows = b.rows.itertuples(index=False, name=None)
+            for row, sign in zip(rows, b.multiplicity, strict=True):
+                op = self.batcher.insert if sign > 0 else self.batcher.delete
+                items.append((op, b.relation, row))
+        return items + [None]
+
+    def apply(self, item) -> None:
+        if item is None:
+            self.batcher.flush()
+        else:
+            item[0](item[1], item[2])
+
+    def moments(self):
+        self.batcher.flush()
+        return self.engine.moments()
 
 
 class NumpyProgram(Program):
@@ -556,15 +590,17 @@ class Harness:
             total += len(b)
         singles = [_split_rows(b) for b in blocks]
         label = f"{case.name}, deletes {case.deletes:.0%}, batch size 1"
-        for name, factory in (
-            ("fivm", self._engine(case.schema, "fivm")),
-            ("numpy", lambda: NumpyProgram(case.schema)),
+        fivm = self._engine(case.schema, "fivm")
+        for name, factory, one_factory in (
+            ("fivm", fivm, fivm),
+            ("numpy", lambda: NumpyProgram(case.schema), lambda: NumpyProgram(case.schema)),
+            ("fivm-coalesced", fivm, lambda: CoalescedProgram(fivm(), case.batch_size)),
         ):
             # warm-up: the first block both ways
-            self._batch_one_run(factory, blocks[:1], singles[:1], 0)
+            self._batch_one_run(factory, blocks[:1], singles[:1], 0, one_factory)
             runs = []
             for rep in range(self.args.slow_repeats):
-                run = self._batch_one_run(factory, blocks, singles, rep)
+                run = self._batch_one_run(factory, blocks, singles, rep, one_factory)
                 ok, diff = self.compare(run.programs[0].moments(), run.programs[1].moments())
                 if rep == 0:
                     self._record_checks([(f"{label}: {name} batch 1 == batch 1000", ok, diff)])
@@ -587,10 +623,10 @@ class Harness:
                 f"batch-1 throughput = {fmt_spread(fractions, 3)} of batch {case.batch_size}"
             )
 
-    def _batch_one_run(self, factory, blocks, singles, repeat) -> PairRun:
+    def _batch_one_run(self, factory, blocks, singles, repeat, one_factory) -> PairRun:
         gc.collect()
         load = load1()
-        one, many = factory(), factory()
+        one, many = one_factory(), factory()
         ins_one = [one.prepare(s) for s in singles]
         ins_many = many.prepare(blocks)
         n = len(blocks)
@@ -909,7 +945,9 @@ def markdown(harness: Harness, env: dict[str, str], load_after) -> str:
             if r["program"].startswith("fivm") else "(reference)",
         ],
         "The stream's first batches (at least `--batch1-tuples` tuples), applied one tuple per "
-        "`apply` and, interleaved per 1000-batch block, in their batches of 1000.",
+        "`apply` and, interleaved per 1000-batch block, in their batches of 1000; "
+        "fivm-coalesced: one tuple per `MicroBatcher.insert`/`delete` (`max_rows` = 1000, "
+        "flushed at the end of each block), i.e. one `apply` per block.",
     )  # fmt: skip
     table(
         "memory",
