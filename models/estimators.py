@@ -25,6 +25,10 @@ an ``X`` matrix, so they are not run through the scikit-learn checks):
   fresh through a :class:`ringml.Maintainer` (the join is never materialized), refitting
   warm-started after every batch.
 * :class:`JoinChowLiu` keeps MI and the Chow–Liu tree over the join.
+
+Both take ``windows=`` (stream tables seen through a sliding window, see
+:mod:`ringml.windows`): rows that leave a window are exact deletes on the maintained
+payload, so the model is over the last N time units of the join after every batch.
 """
 
 from __future__ import annotations
@@ -488,11 +492,67 @@ def _schemas(relations: Any) -> dict[str, list[str]]:
 
 
 class _JoinModel(_Atomic, BaseEstimator, ABC):
-    """Shared plumbing: a Maintainer built on the first call, atomic batch application."""
+    """Shared plumbing: a Maintainer built on the first call, atomic batch application;
+    with ``windows``, the maintainer sees the stream tables through a
+    :class:`ringml.windows.WindowedStream` (``stream_``)."""
+
+    windows: Mapping[str, Any] | None = None
+    lateness: Any = 0.0
+    late: str = "reject"
 
     @abstractmethod
     def _build(self) -> None:
         """Create the Maintainer and the model state from the parameters."""
+
+    def _start(self) -> None:
+        """:meth:`_build`, then the windowed stream over the maintainer (if any)."""
+        self._build()
+        self.stream_ = None
+        if self.windows is None:
+            return
+        from ringml.windows import StreamTable, WindowedStream
+
+        if getattr(self, "feed_", None) is not None:
+            raise ValueError(
+                "windows need relations given as a mapping relation -> columns, not as SQL"
+            )
+        if not isinstance(self.windows, Mapping) or not self.windows:
+            raise ValueError(
+                "windows must map stream tables to ringml.windows.StreamTable specs, got "
+                f"{self.windows!r}"
+            )
+        relations = self.maintainer_.query.relations
+        for name, spec in self.windows.items():
+            if name not in relations:
+                raise ValueError(
+                    f"windows: {name!r} is not one of the relations {sorted(relations)}"
+                )
+            if not isinstance(spec, StreamTable):
+                raise ValueError(f"windows[{name!r}] must be a StreamTable, got {spec!r}")
+        self.stream_ = WindowedStream(
+            self.maintainer_, dict(self.windows), lateness=self.lateness, late=self.late
+        )
+
+    @property
+    def watermark_(self) -> Any:
+        """The windowed stream's watermark (a number or a Timestamp)."""
+        check_is_fitted(self)
+        if getattr(self, "stream_", None) is None:
+            raise AttributeError("the model has no windows, hence no watermark")
+        return self.stream_.watermark
+
+    def advance_watermark(self, time):
+        """Move the watermark to ``time`` without new rows (rows that leave the windows are
+        deleted) and refresh the model; returns ``self``."""
+        check_is_fitted(self)
+        if getattr(self, "stream_", None) is None:
+            raise ValueError("the model has no windows: pass windows= to window a stream table")
+        return self._atomic(self._advance, time)
+
+    def _advance(self, time):
+        self.stream_.advance_watermark(time)
+        self._refresh()
+        return self
 
     def fit(self, batches=None):
         """Start over: a fresh maintainer, then apply ``batches`` (may be None)."""
@@ -511,13 +571,13 @@ class _JoinModel(_Atomic, BaseEstimator, ABC):
     def _fit(self, batches):
         for name in [n for n in vars(self) if n.endswith("_") and not n.startswith("__")]:
             delattr(self, name)
-        self._build()
+        self._start()
         self._apply(_update_batches(batches))
         return self
 
     def _partial(self, batches, sign: int):
         if not hasattr(self, "maintainer_"):
-            self._build()
+            self._start()
         self._apply(_update_batches(batches, sign))
         return self
 
@@ -528,8 +588,11 @@ class _JoinModel(_Atomic, BaseEstimator, ABC):
             updates, changes = feed.prepare(updates)
         updates = self._prepare(updates)
         if updates:
-            # the Maintainer is atomic itself; a rejected batch changes no view
-            self.maintainer_.apply(updates)
+            # the Maintainer (and the windowed stream) is atomic itself; a rejected batch
+            # changes no view
+            stream = getattr(self, "stream_", None)
+            target = self.maintainer_ if stream is None else stream
+            target.apply(updates)
         if changes:
             feed.commit(changes)
         self._refresh()
@@ -566,6 +629,20 @@ class JoinRegressor(_JoinModel):
     scikit-learn's ``OneHotEncoder``: ``"error"`` (default) rejects a category the model
     has not seen, ``"ignore"`` predicts with its one-hot columns at 0.
 
+    **Sliding windows.**  ``windows`` maps stream tables (relations whose rows only arrive)
+    to :class:`ringml.windows.StreamTable` specs, e.g. ``{"House": StreamTable("day",
+    partition=1, window="RANGE 14")}``: the model is then over the join of the rows inside
+    each window (the last 14 days as of the watermark) with the other relations.  Batches
+    carry the event-time column (the relation's columns may omit it); the watermark is the
+    largest event time seen minus ``lateness``; rows that leave a window are deleted from
+    the maintained payload in the same atomic apply as the batch (exact: no refit from the
+    window's rows), so the refit after every batch equals a fit on the windowed join.  Rows
+    behind the watermark are rejected (``late="reject"``: :class:`ringml.windows.LateEventError`,
+    nothing changes) or kept in ``stream_.dead_letters(table)`` (``late="dead_letter"``).
+    :meth:`advance_watermark` moves time on without rows.  ``stream_`` is the
+    :class:`ringml.windows.WindowedStream` (None without windows), ``watermark_`` its
+    watermark.  Windows need ``relations`` as a mapping (not SQL).
+
     Attributes: ``coef_`` (ndarray over ``columns_``), ``intercept_``, ``columns_``,
     ``n_samples_seen_`` (join rows), ``n_iter_``, ``n_iter_total_``, ``result_``,
     ``maintainer_``, ``query_``, ``variables_`` (maintained), ``features_``.
@@ -588,6 +665,9 @@ class JoinRegressor(_JoinModel):
         order=None,
         handle_unknown: str = "error",
         catalog=None,
+        windows: Mapping[str, Any] | None = None,
+        lateness: Any = 0.0,
+        late: str = "reject",
     ) -> None:
         self.relations = relations
         self.label = label
@@ -603,6 +683,9 @@ class JoinRegressor(_JoinModel):
         self.order = order
         self.handle_unknown = handle_unknown
         self.catalog = catalog
+        self.windows = windows
+        self.lateness = lateness
+        self.late = late
 
     def _build(self) -> None:
         sql = _sql_join(self.relations, self.catalog)
@@ -766,6 +849,10 @@ class JoinChowLiu(_JoinModel):
     ``relations`` may be a SQL query over ``catalog``'s tables, as for :class:`JoinRegressor`
     (its selected columns are the variables).
 
+    ``windows``, ``lateness``, ``late``: a sliding window over stream tables, as for
+    :class:`JoinRegressor` (a binned variable's bins are fixed before rows enter a window,
+    so an expired row leaves the bin it entered).
+
     Attributes: ``mutual_info_`` (DataFrame, bits, entropy on the diagonal),
     ``entropy_``, ``tree_`` (nx.Graph), ``n_samples_seen_`` (join rows), ``binners_``
     (variable -> (lo, hi)), ``maintainer_``, ``query_``.
@@ -780,6 +867,9 @@ class JoinChowLiu(_JoinModel):
         ranges: Mapping[str, tuple[float, float]] | None = None,
         order=None,
         catalog=None,
+        windows: Mapping[str, Any] | None = None,
+        lateness: Any = 0.0,
+        late: str = "reject",
     ) -> None:
         self.relations = relations
         self.variables = variables
@@ -788,6 +878,9 @@ class JoinChowLiu(_JoinModel):
         self.ranges = ranges
         self.order = order
         self.catalog = catalog
+        self.windows = windows
+        self.lateness = lateness
+        self.late = late
 
     def _build(self) -> None:
         sql = _sql_join(self.relations, self.catalog)
