@@ -186,12 +186,8 @@ class Dictionary:
     def encode(self, values: np.ndarray) -> np.ndarray:
         """Codes of ``values``, assigning fresh codes to unseen values."""
         values = np.asarray(values)
-        if values.dtype.kind in "iub" and _INT in self._indices and fits_int64(values):
-            # known integers: one lookup
-            index, slot_code = self._indices[_INT]
-            slots = index.lookup(values.astype(np.int64, copy=False)[:, None])
-            if slots.size and slots.min() >= 0:
-                return slot_code[slots]
+        if values.dtype.kind in "iub" and values.size and fits_int64(values):
+            return self._encode_ints(values)
         keys, stored = _value_keys(values)
         codes = self._lookup(keys)
         unseen = codes < 0
@@ -223,6 +219,33 @@ class Dictionary:
             positions = np.flatnonzero(unseen)[first]
             self._append(_as_objects(stored[positions]))
             codes[unseen] = new_codes[inverse.ravel()]
+        return codes
+
+    def _encode_ints(self, values: np.ndarray) -> np.ndarray:
+        """``encode`` of integers (or booleans) that fit int64: one lookup, and the unseen
+        values get codes in increasing order, as the general path gives them."""
+        ints = values.astype(np.int64, copy=False)
+        index, slot_code = self._indices.get(_INT, (None, None))
+        if index is None:
+            index, slot_code = KeyIndex(1), np.zeros(0, dtype=np.int64)
+            codes = np.full(ints.size, -1, dtype=np.int64)
+        else:
+            slots = index.lookup(ints[:, None])
+            if slots.min() >= 0:  # all known
+                return slot_code[slots]
+            codes = np.where(slots >= 0, slot_code[np.maximum(slots, 0)], -1)
+        unseen = np.flatnonzero(codes < 0)
+        fresh, first, inverse = np.unique(ints[unseen], return_index=True, return_inverse=True)
+        new_codes = np.arange(self._size, self._size + fresh.size, dtype=np.int64)
+        slots, _ = index.get_or_insert(fresh[:, None])
+        if index.capacity > slot_code.size:
+            grown = np.full(index.capacity, -1, dtype=np.int64)
+            grown[: slot_code.size] = slot_code
+            slot_code = grown
+        slot_code[slots] = new_codes
+        self._indices[_INT] = (index, slot_code)
+        self._append(_as_objects(values[unseen[first]]))
+        codes[unseen] = new_codes[inverse.ravel()]
         return codes
 
     def _append(self, values: np.ndarray) -> None:
