@@ -310,32 +310,80 @@ def _relations(target: Any) -> dict[str, list[str] | None]:
     )
 
 
-def _project(frame: pd.DataFrame, columns: list[str] | None) -> pd.DataFrame:
-    return frame if columns is None else frame[columns]
+class _Rows:
+    """Rows as named columns (numpy arrays, or pandas extension arrays for extension
+    dtypes): taken and concatenated per column, cheaper than DataFrame slicing."""
+
+    __slots__ = ("columns", "size")
+
+    def __init__(self, columns: dict[str, Any], size: int) -> None:
+        self.columns, self.size = columns, size
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame) -> _Rows:
+        columns = {}
+        for name in frame.columns:
+            series = frame[name]
+            columns[name] = (
+                series.to_numpy() if isinstance(series.dtype, np.dtype) else series.array
+            )
+        return cls(columns, len(frame))
+
+    def take(self, rows: np.ndarray) -> _Rows:
+        return _Rows({c: a.take(rows) for c, a in self.columns.items()}, len(rows))
+
+    @staticmethod
+    def concat(parts: Sequence[_Rows]) -> _Rows:
+        if len(parts) == 1:
+            return parts[0]
+        names = list(parts[0].columns)
+        size = sum(p.size for p in parts)
+        if any(list(p.columns) != names for p in parts):  # batches with other columns
+            return _Rows.of(pd.concat([p.frame() for p in parts], ignore_index=True))
+        columns = {}
+        for name in names:
+            arrays = [p.columns[name] for p in parts]
+            if all(isinstance(a, np.ndarray) for a in arrays):
+                columns[name] = np.concatenate(arrays)
+            else:
+                columns[name] = pd.concat([pd.Series(a) for a in arrays], ignore_index=True).array
+        return _Rows(columns, size)
+
+    def frame(self, columns: Sequence[str] | None = None) -> pd.DataFrame:
+        """The rows as a DataFrame (of ``columns``, default all)."""
+        names = self.columns if columns is None else columns
+        return pd.DataFrame(
+            {c: self.columns[c] for c in names}, index=pd.RangeIndex(self.size), copy=False
+        )
 
 
 class _Partitions:
-    """One stream table's buffered rows: per partition id the frames that arrived, and
-    the ids in order (expiry takes a prefix)."""
+    """One stream table's buffered rows: per partition id the rows that arrived, and the
+    ids in order (expiry takes a prefix)."""
 
     def __init__(self) -> None:
-        self.chunks: dict[int, list[pd.DataFrame]] = {}
+        self.chunks: dict[int, list[_Rows]] = {}
         self.ids: list[int] = []  # sorted
 
-    def add(self, parts: np.ndarray, frame: pd.DataFrame) -> None:
-        """Buffer ``frame``'s rows under their partition ids ``parts``."""
-        if not len(frame):
+    def add(self, parts: np.ndarray, rows: _Rows) -> None:
+        """Buffer ``rows`` under their partition ids ``parts``."""
+        if not rows.size:
+            return
+        if parts[0] == parts[-1] and (parts == parts[0]).all():
+            self._append(int(parts[0]), rows)
             return
         order = np.argsort(parts, kind="stable")
         ordered = parts[order]
         starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
         ends = np.r_[starts[1:], len(order)]
         for s, e in zip(starts, ends, strict=True):
-            k = int(ordered[s])
-            if k not in self.chunks:
-                self.chunks[k] = []
-                bisect.insort(self.ids, k)
-            self.chunks[k].append(frame.iloc[order[s:e]].reset_index(drop=True))
+            self._append(int(ordered[s]), rows.take(order[s:e]))
+
+    def _append(self, k: int, rows: _Rows) -> None:
+        if k not in self.chunks:
+            self.chunks[k] = []
+            bisect.insort(self.ids, k)
+        self.chunks[k].append(rows)
 
     def through(self, bound: float) -> list[int]:
         """The buffered partition ids ``<= bound``, in order."""
@@ -349,9 +397,9 @@ class _Partitions:
         gone = set(ids)
         self.ids = [k for k in self.ids if k not in gone]
 
-    def frame(self, ids: Iterable[int]) -> pd.DataFrame | None:
+    def rows(self, ids: Iterable[int]) -> _Rows | None:
         pieces = [c for k in ids for c in self.chunks.get(k, ())]
-        return pd.concat(pieces, ignore_index=True) if pieces else None
+        return _Rows.concat(pieces) if pieces else None
 
 
 @dataclass
@@ -360,8 +408,8 @@ class _Plan:
 
     watermark: float
     newest: float
-    stream: list[UpdateBatch] = field(default_factory=list)  # expiry deletes, then inserts
-    inserts: dict[str, tuple[np.ndarray, pd.DataFrame]] = field(default_factory=dict)
+    stream: list[tuple[str, int, _Rows]] = field(default_factory=list)  # table, sign, rows
+    inserts: dict[str, tuple[np.ndarray, _Rows]] = field(default_factory=dict)
     sources: set[str] = field(default_factory=set)
     late: dict[str, pd.DataFrame] = field(default_factory=dict)
     per_target: list[list[UpdateBatch]] = field(default_factory=list)
@@ -476,8 +524,8 @@ class WindowedStream:
 
     def window_rows(self, table: str) -> pd.DataFrame:
         """The rows of ``table`` inside its window now (what the targets hold)."""
-        frame = self._buffers[table].frame(self.partitions(table))
-        return frame if frame is not None else pd.DataFrame()
+        rows = self._buffers[table].rows(self.partitions(table))
+        return rows.frame() if rows is not None else pd.DataFrame()
 
     def dead_letters(self, source: str) -> pd.DataFrame:
         """The late rows appended to ``source`` (a stream table or the source of several)
@@ -574,7 +622,7 @@ class WindowedStream:
         return results[0] if results else None
 
     def _accept(self, batch: UpdateBatch, late: dict[str, list[pd.DataFrame]]):
-        """A stream batch's accepted rows (times, frame); late rows raise or go to ``late``."""
+        """A stream batch's accepted rows (times, rows); late rows raise or go to ``late``."""
         spec = self.tables[self._sources[batch.relation][0]]
         signs = batch.signs()
         if (signs != 1).any():
@@ -611,11 +659,11 @@ class WindowedStream:
             dead = frame[is_late].reset_index(drop=True)
             dead["_watermark"] = self.watermark
             late.setdefault(batch.relation, []).append(dead)
-            frame, times = frame[~is_late], times[~is_late]
-        return times, frame.reset_index(drop=True)
+            return times[~is_late], _Rows.of(frame).take(np.flatnonzero(~is_late))
+        return times, _Rows.of(frame)
 
     def _plan(self, batches: list[UpdateBatch], explicit: float | None) -> _Plan:
-        accepted: dict[str, list[tuple[np.ndarray, pd.DataFrame]]] = {}
+        accepted: dict[str, list[tuple[np.ndarray, _Rows]]] = {}
         passing: list[UpdateBatch] = []
         late: dict[str, list[pd.DataFrame]] = {}
         for batch in batches:
@@ -651,10 +699,10 @@ class WindowedStream:
         plan.late = {t: pd.concat(p, ignore_index=True) for t, p in late.items()}
         plan.sources = set(accepted)
         for source, pieces in accepted.items():
-            frame = pd.concat([f for _, f in pieces], ignore_index=True)
+            rows = _Rows.concat([r for _, r in pieces])
             times = np.concatenate([t for t, _ in pieces])
             for table in self._sources[source]:
-                plan.inserts[table] = (self._parts(self.tables[table], times), frame)
+                plan.inserts[table] = (self._parts(self.tables[table], times), rows)
         for table in self.tables:
             self._plan_table(table, plan)
         for pattern in self.patterns:
@@ -663,9 +711,13 @@ class WindowedStream:
             plan.per_target.append(
                 [b for b in passing if b.relation in columns]
                 + [
-                    UpdateBatch(b.relation, _project(b.rows, columns[b.relation]), b.multiplicity)
-                    for b in plan.stream
-                    if b.relation in columns
+                    UpdateBatch(
+                        table,
+                        rows.frame(columns[table]),
+                        None if sign > 0 else np.full(rows.size, -1, dtype=np.int64),
+                    )
+                    for table, sign, rows in plan.stream
+                    if table in columns
                 ]
             )
         return plan
@@ -677,18 +729,20 @@ class WindowedStream:
         before = self._expired_through(table, self._watermark)
         after = self._expired_through(table, plan.watermark)
         if after > before:  # the buffer holds live partitions only
-            rows = buffer.frame(buffer.through(after))
+            rows = buffer.rows(buffer.through(after))
             if rows is not None:
-                plan.stream.append(UpdateBatch.deletes(table, rows))
+                plan.stream.append((table, -1, rows))
         if table in plan.inserts:
-            parts, frame = plan.inserts[table]
+            parts, rows = plan.inserts[table]
             live = self._live(table, parts, plan.watermark)
             if live.any():
-                rows = frame if live.all() else frame[live].reset_index(drop=True)
-                plan.stream.append(UpdateBatch.inserts(table, rows))
+                plan.stream.append(
+                    (table, 1, rows if live.all() else rows.take(np.flatnonzero(live)))
+                )
 
     def _plan_pattern(self, pattern: PatternView, plan: _Plan) -> Any:
-        parts, frame = plan.inserts.get(pattern.table, (np.zeros(0, np.int64), None))
+        parts, rows = plan.inserts.get(pattern.table, (np.zeros(0, np.int64), None))
+        frame = None if rows is None else rows.frame()
         return pattern._advance(parts, frame, self._complete_through(pattern.table, plan.watermark))
 
     def _apply_targets(self, plan: _Plan) -> list[Any]:
@@ -708,9 +762,12 @@ class WindowedStream:
         return results
 
     def _commit(self, plan: _Plan) -> None:
-        for table, (parts, frame) in plan.inserts.items():
+        for table, (parts, rows) in plan.inserts.items():
             live = self._live(table, parts, plan.watermark)
-            self._buffers[table].add(parts[live], frame[live].reset_index(drop=True))
+            if live.all():
+                self._buffers[table].add(parts, rows)
+            elif live.any():
+                self._buffers[table].add(parts[live], rows.take(np.flatnonzero(live)))
         for table, rows in plan.late.items():
             self._dead.setdefault(table, []).append(rows)
         self._watermark, self._newest = plan.watermark, plan.newest
