@@ -129,7 +129,8 @@ class Window:
     ``Window.range(n)``: the last ``n`` time units -- partition ``k`` expires once the
     watermark reaches ``end_k + n`` (``n`` a multiple of the partition width);
     ``Window.partitions(a, b)``: the partitions ``a..b`` (inclusive, ViewDF's ``S[a..b]``);
-    ``Window.unbounded()``: every row, nothing expires.  :meth:`parse` reads
+    ``Window.unbounded()``: every row, nothing expires.  The window slides by the
+    partition width of its stream table (ViewDF's basic window).  :meth:`parse` reads
     ``"RANGE 10 MINUTES"``, ``"RANGE 600"``, ``"PARTITIONS 3 TO 5"``, ``"UNBOUNDED"``.
     """
 
@@ -267,6 +268,8 @@ class _Clock:
         """``duration`` on this clock's scale."""
         if self.kind == "datetime":
             if not isinstance(duration, pd.Timedelta):
+                if duration == 0:
+                    return 0.0
                 raise InputTypeError(
                     f"{what} is {duration!r}, a plain number, but the event times are "
                     "datetimes: give a duration such as '1 MINUTE'"
@@ -527,12 +530,13 @@ class WindowedStream:
         rows = self._buffers[table].rows(self.partitions(table))
         return rows.frame() if rows is not None else pd.DataFrame()
 
-    def dead_letters(self, source: str) -> pd.DataFrame:
+    def dead_letters(self, source: str, clear: bool = False) -> pd.DataFrame:
         """The late rows appended to ``source`` (a stream table or the source of several)
-        kept with ``late="dead_letter"``, with the watermark they missed (``_watermark``)."""
+        kept with ``late="dead_letter"``, with the watermark they missed (``_watermark``);
+        ``clear=True`` hands them over and forgets them."""
         if source not in self._sources:
             raise SchemaError(f"unknown stream {source!r}; the streams are {sorted(self._sources)}")
-        pieces = self._dead.get(source, [])
+        pieces = self._dead.pop(source, []) if clear else self._dead.get(source, [])
         return pd.concat(pieces, ignore_index=True) if pieces else pd.DataFrame()
 
     # ---------------------------------------------------------------- changes
@@ -616,8 +620,13 @@ class WindowedStream:
         return float(np.floor((watermark - origin) / width) - 1)
 
     def _run(self, batches: list[UpdateBatch], explicit: float | None) -> Any:
-        plan = self._plan(batches, explicit)
-        results = self._apply_targets(plan)
+        kind = self._clock.kind  # a rejected first batch does not fix the kind of time
+        try:
+            plan = self._plan(batches, explicit)
+            results = self._apply_targets(plan)
+        except BaseException:
+            self._clock.kind = kind
+            raise
         self._commit(plan)
         return results[0] if results else None
 

@@ -701,3 +701,42 @@ def test_windowed_stream_drives_a_distributed_maintainer(spark, tmp_path):
         assert got == grouped(oracle.window())
     assert expired > 0
     dm.close()
+
+
+def test_a_pickled_stream_resumes_where_it_stopped():
+    import pickle
+
+    def build():
+        view = Maintainer(sum_count_query())
+        extremes = MinMaxView("S", values=["loss"], by=["src"])
+        stream = WindowedStream(
+            [view, extremes],
+            {"S": StreamTable("ts", WIDTH, f"RANGE {RANGE}")},
+            lateness=LATENESS,
+            late="dead_letter",
+        )
+        return stream
+
+    batches = list(random_batches(seed=2, n=30))
+    straight, stopped = build(), build()
+    for i, batch in enumerate(batches):
+        straight.insert("S", batch)
+        stopped.insert("S", batch)
+        if i % 10 == 9:  # a checkpoint and a restart
+            stopped = pickle.loads(pickle.dumps(stopped))
+    assert as_plain(stopped.targets[0].result()) == as_plain(straight.targets[0].result())
+    pd.testing.assert_frame_equal(stopped.targets[1].result(), straight.targets[1].result())
+    pd.testing.assert_frame_equal(stopped.window_rows("S"), straight.window_rows("S"))
+    dead = stopped.dead_letters("S", clear=True)
+    assert len(dead) == len(straight.dead_letters("S")) > 0
+    assert stopped.dead_letters("S").empty
+
+
+def test_a_rejected_first_batch_does_not_fix_the_kind_of_event_time():
+    view = Maintainer(sum_count_query())
+    stream = WindowedStream(view, {"S": StreamTable("ts", "10s")})
+    bad = {"ts": [pd.Timestamp("2026-01-01")], "src": ["a"], "loss": ["x"]}
+    with pytest.raises(BatchError, match="'x' is a string"):
+        stream.insert("S", pd.DataFrame(bad).astype({"loss": object}))
+    stream.insert("S", {"ts": [1.0], "src": ["a"], "loss": [2.0]})  # numbers are fine now
+    assert as_plain(view.result()) == {("a",): (2.0, 1)}
