@@ -202,6 +202,56 @@ def test_windows_property_boundaries_and_explicit_watermarks(width, length, late
     assert len(stream.dead_letters("S")) == len(oracle.dead)
 
 
+def test_a_join_of_two_windowed_streams_with_a_shared_watermark():
+    """Impressions and clicks, each through its own window (other widths and ranges), one
+    watermark: the join's count and SUM equal pandas' merge of the two windows."""
+    ring = ProductRing(RealRing(["cost"]), IntegerRing(), names=("sum", "count"))
+    query = Query({"I": ["ad", "site"], "C": ["ad", "cost"]}, ring, free=["site"])
+    view = Maintainer(query)
+    stream = WindowedStream(
+        view,
+        {
+            "I": StreamTable("t", partition=5, window="RANGE 20"),
+            "C": StreamTable("at", partition=2, window="RANGE 6"),
+        },
+        lateness=3,
+        late="dead_letter",
+    )
+    rng = np.random.default_rng(17)
+    seen = {"I": [], "C": []}
+    watermark = -np.inf
+    for step in range(40):
+        now = step * 2.0
+        imps = pd.DataFrame(
+            {
+                "t": now - rng.uniform(0, 6, 3),
+                "ad": rng.integers(0, 5, 3),
+                "site": rng.choice(["x", "y"], 3),
+            }
+        )
+        clicks = pd.DataFrame(
+            {
+                "at": now - rng.uniform(0, 6, 2),
+                "ad": rng.integers(0, 5, 2),
+                "cost": rng.integers(1, 9, 2) * 1.0,
+            }
+        )
+        ok_i, ok_c = imps[imps["t"] >= watermark], clicks[clicks["at"] >= watermark]
+        seen["I"].append(ok_i)
+        seen["C"].append(ok_c)
+        newest = max(ok_i["t"].max(), ok_c["at"].max())
+        watermark = max(watermark, newest - 3)
+        stream.apply([UpdateBatch.inserts("I", imps), UpdateBatch.inserts("C", clicks)])
+        assert stream.watermark == watermark
+        i_rows, c_rows = pd.concat(seen["I"]), pd.concat(seen["C"])
+        i_rows = i_rows[(np.floor(i_rows["t"] / 5) + 1) * 5 + 20 > watermark]
+        c_rows = c_rows[(np.floor(c_rows["at"] / 2) + 1) * 2 + 6 > watermark]
+        joined = i_rows.merge(c_rows, on="ad")
+        want = {(site,): (float(g["cost"].sum()), len(g)) for site, g in joined.groupby("site")}
+        assert as_plain(view.result()) == want, step
+    assert len(stream.dead_letters("I")) + len(stream.dead_letters("C")) > 0
+
+
 def test_viewdf_t1_window_sum_subtract_and_add():
     """notes/viewdf.md §10 T1: W = 2 partitions, count-based group expiry; V[p] after S[p]
     is complete (the watermark reached the end of partition p)."""
