@@ -1043,11 +1043,15 @@ class Pattern:
     ``x`` or ``x[1]``) and, for a Kleene variable, ``"x[i]"`` to the predicate of each later
     occurrence; a missing predicate always holds.  A predicate is ``f(new, prev)`` on
     whole frames, returning one boolean per row: ``new`` holds the candidate events, ``prev``
-    the key's helper row -- the previous matched event's columns, ``state``, ``count`` and
-    the ``sum_<c>`` aggregates (NaN and 0 for a fresh run).  E.g. View2's
+    the key's helper row -- the previous matched event's columns, ``state``, the match's
+    ``count`` and ``sum_<c>``, and over the occurrences of the current variable so far
+    ``var_count``, ``var_sum_<c>`` and ``var_first_<c>`` (NaN and 0 for a fresh run; ``c``
+    ranges over the view's ``sums``).  E.g. View2's
     ``{"a": red, "b": red, "c": red, "d": red, "d[i]": red}`` with
     ``red = lambda new, prev: new.loss > 10``, or ``b[i].loss > b[i-1].loss`` as
-    ``{"b[i]": lambda new, prev: new.loss > prev.loss}``.
+    ``{"b[i]": lambda new, prev: new.loss > prev.loss}``, ``d[i].loss > avg(d[..i-1].loss)``
+    as ``new.loss > prev.var_sum_loss / prev.var_count``, ``d[i].loss > d[1].loss`` as
+    ``new.loss > prev.var_first_loss``.
     """
 
     variables: tuple[str, ...]
@@ -1097,7 +1101,8 @@ class PatternView:
     """ViewDF's pattern-matching view over one stream table, by keys ``by``.
 
     A helper state view holds, per key whose run is alive, its FSM state, the match's
-    ``count``, ``sum_<c>`` for the columns ``sums`` and the last matched event;
+    ``count``, ``sum_<c>`` for the columns ``sums``, the current variable's ``var_count``,
+    ``var_sum_<c>``, ``var_first_<c>`` and the last matched event;
     ``Helper[i] = step(Helper[i-1], S[i])`` runs once partition ``i`` is complete (the
     watermark passed its end), in partition order, with ViewDF's CASE transitions (a
     Kleene state first tries to stay, then to proceed; a failed transition re-tests the
@@ -1138,7 +1143,9 @@ class PatternView:
     def result(self) -> pd.DataFrame:
         """The matches as of the last complete partition (see the class docs)."""
         if self._state.result is None:
-            return self._empty().drop(columns="state")
+            return pd.DataFrame(
+                columns=self.by + ["partition", "count", *(f"sum_{c}" for c in self.sums)]
+            )
         return self._state.result.copy()
 
     @property
@@ -1147,8 +1154,7 @@ class PatternView:
         return self._state.done
 
     def _empty(self) -> pd.DataFrame:
-        columns = self.by + ["partition", "state", "count"] + [f"sum_{c}" for c in self.sums]
-        return pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=self.by + ["partition", *self._helper_columns()])
 
     # ---------------------------------------------------------------- stepping
     def _advance(self, parts: np.ndarray, frame: pd.DataFrame | None, through: float) -> Any:
@@ -1184,7 +1190,8 @@ class PatternView:
                 helper = None
                 done = last
             final = helper[helper["state"] == self.pattern.states] if helper is not None else None
-            result = None if final is None else final.drop(columns="state").reset_index(drop=True)
+            hidden = ["state", *(c for c in self._helper_columns() if c.startswith("var_"))]
+            result = None if final is None else final.drop(columns=hidden).reset_index(drop=True)
             nxt = done + 1
         return _PatternState(helper, done, nxt, result, pending)
 
@@ -1202,11 +1209,7 @@ class PatternView:
                 self.table,
                 missing[0],
             )
-        clash = [
-            c
-            for c in ("partition", "state", "count", *map("sum_{}".format, self.sums))
-            if c in frame.columns
-        ]
+        clash = [c for c in ("partition", *self._helper_columns()) if c in frame.columns]
         if clash:
             raise BatchError(
                 f"{self.name}: stream table {self.table!r} has a column {clash[0]!r}, a name "
@@ -1214,6 +1217,12 @@ class PatternView:
                 self.table,
                 clash[0],
             )
+
+    def _helper_columns(self) -> list[str]:
+        """The helper's columns besides the event's: the FSM state, the match's count and
+        sums, and the current variable's count, sums and first values."""
+        out = ["state", "count", *(f"sum_{c}" for c in self.sums), "var_count"]
+        return out + [f"var_{a}_{c}" for c in self.sums for a in ("sum", "first")]
 
     def _check_unique(self, k: int, pieces: list[pd.DataFrame]) -> None:
         keys = pd.concat([p[self.by] for p in pieces], ignore_index=True)
@@ -1253,7 +1262,7 @@ class PatternView:
     def _step(self, helper: pd.DataFrame | None, rows: pd.DataFrame, k: int) -> pd.DataFrame:
         """``Helper[k]`` from ``Helper[k-1]`` (None: no live runs) and ``S[k]``."""
         n = len(rows)
-        aggregates = ["state", "count", *(f"sum_{c}" for c in self.sums)]
+        aggregates = self._helper_columns()
         if helper is not None and len(helper):
             index = (
                 pd.MultiIndex.from_frame(rows[self.by])
@@ -1278,6 +1287,7 @@ class PatternView:
         starts = self._test(names[0], rows, fresh_prev, k)
         state = np.zeros(n, dtype=np.int64)
         carried = np.zeros(n, dtype=bool)
+        stayed = np.zeros(n, dtype=bool)
         for s in range(1, last + 1):
             at = np.flatnonzero(was == s)
             if not at.size:
@@ -1293,6 +1303,7 @@ class PatternView:
             )
             state[at] = np.where(stay, s, np.where(proceed, s + 1, 0))
             carried[at] = stay | proceed
+            stayed[at] = stay
         restart = ~carried & starts
         state[restart] = 1
         out = rows.copy()
@@ -1300,10 +1311,13 @@ class PatternView:
         out["state"] = state
         base = prev["count"].to_numpy(np.int64)
         out["count"] = np.where(carried, base + 1, 1)
+        out["var_count"] = np.where(stayed, prev["var_count"].to_numpy(np.int64) + 1, 1)
         for c in self.sums:
             value = rows[c].to_numpy(np.float64)
-            out[f"sum_{c}"] = np.where(
-                carried, prev[f"sum_{c}"].to_numpy(np.float64) + value, value
-            )
+            before = {a: prev[f"{a}_{c}"].to_numpy(np.float64) for a in ("sum", "var_sum")}
+            out[f"sum_{c}"] = np.where(carried, before["sum"] + value, value)
+            out[f"var_sum_{c}"] = np.where(stayed, before["var_sum"] + value, value)
+            first = prev[f"var_first_{c}"].to_numpy(np.float64)
+            out[f"var_first_{c}"] = np.where(stayed, first, value)
         keep = state > 0
         return out[keep].reset_index(drop=True)

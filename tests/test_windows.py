@@ -699,6 +699,42 @@ def test_viewdf_t5_kleene_with_previous_occurrence():
     assert not len(pattern.helper())
 
 
+def test_viewdf_t5_extras_average_and_first_occurrence_of_a_kleene_variable():
+    """``d[i].loss > avg(d[..i-1].loss)`` and ``d[i].loss > d[1].loss`` through the
+    helper's per-variable aggregates."""
+    above_average = PatternView(
+        "S",
+        ["key"],
+        "a d+",
+        {"a": red, "d[i]": lambda new, prev: new.loss > prev.var_sum_loss / prev.var_count},
+        sums=["loss"],
+        name="avg",
+    )
+    above_first = PatternView(
+        "S",
+        ["key"],
+        "a d+",
+        {"a": red, "d[i]": lambda new, prev: new.loss > prev.var_first_loss},
+        sums=["loss"],
+        name="first",
+    )
+    stream = WindowedStream([above_average, above_first], {"S": StreamTable("ts", 1)})
+    present = {"avg": [], "first": []}
+    for t, loss in enumerate([20, 4, 6, 7, 5, 30, 1, 1]):
+        stream.insert("S", {"ts": [float(t)], "key": ["k"], "loss": [float(loss)]})
+        stream.advance_watermark(t + 1)
+        for view in (above_average, above_first):
+            present[view.name].append(len(view.result()))
+        if t == 3:
+            h = above_average.helper().iloc[0]
+            assert (h["count"], h["sum_loss"], h["var_count"], h["var_sum_loss"]) == (4, 37, 3, 17)
+            assert h["var_first_loss"] == 4
+    # avg: 6 > 4, 7 > 5, 5 < 17/3 ends the run; 30 starts one, 1 enters d, 1 = 1/1 ends it
+    assert present["avg"] == [0, 1, 1, 1, 0, 0, 1, 0]
+    # first: 6 > 4, 7 > 4, 5 > 4 stay; 30 > 4 stays too; 1 < 4 ends it (1 is no new a)
+    assert present["first"] == [0, 1, 1, 1, 1, 1, 0, 0]
+
+
 def test_pattern_view_rejects_two_events_of_a_key_in_a_partition_atomically():
     pattern, stream = view2_stream()
     counter = Maintainer(Query({"S": ["src"]}, IntegerRing(), free=["src"]))
