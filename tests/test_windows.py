@@ -735,6 +735,76 @@ def test_viewdf_t5_extras_average_and_first_occurrence_of_a_kleene_variable():
     assert present["first"] == [0, 1, 1, 1, 1, 1, 0, 0]
 
 
+PREDICATES = {
+    "a": lambda new, prev: new["x"] > 5,
+    "b": lambda new, prev: new["x"] < prev["x"],
+    "b[i]": lambda new, prev: new["x"] <= prev["x"],
+    "c": lambda new, prev: new["x"] > prev["var_first_x"],
+}
+
+
+def reference_pattern(events: pd.DataFrame, last_partition: int) -> dict:
+    """ViewDF's FSM run event by event per key (a plain loop, independent of PatternView):
+    the helper rows ``{key: (state, count, sum_x)}`` after ``last_partition``."""
+    kleene = {1: False, 2: True, 3: False}
+    names = {1: "a", 2: "b", 3: "c"}
+    helper: dict = {}
+    for p in range(int(events["p"].min()), last_partition + 1):
+        now = events[events["p"] == p]
+        new_helper = {}
+        for _, row in now.iterrows():
+            event = {"x": row["x"]}
+            old = helper.get(row["key"])
+            fresh = {"x": np.nan, "var_first_x": np.nan}
+            moved = None
+            if old is not None:
+                state, count, total, prev, first = old
+                prev_row = {"x": prev, "var_first_x": first}
+                if kleene[state] and PREDICATES[f"{names[state]}[i]"](event, prev_row):
+                    moved = (state, count + 1, total + row["x"], row["x"], first)
+                elif state < 3 and PREDICATES[names[state + 1]](event, prev_row):
+                    moved = (state + 1, count + 1, total + row["x"], row["x"], row["x"])
+            if moved is None and PREDICATES["a"](event, fresh):
+                moved = (1, 1, row["x"], row["x"], row["x"])
+            if moved is not None:
+                new_helper[row["key"]] = moved
+        helper = new_helper
+    return {k: v[:3] for k, v in helper.items()}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pattern_view_equals_an_event_by_event_fsm_on_random_out_of_order_streams(seed):
+    rng = np.random.default_rng(seed)
+    view = PatternView("S", ["key"], "a b+ c", PREDICATES, sums=["x"])
+    stream = WindowedStream(view, {"S": StreamTable("ts", 1)}, lateness=2.5)
+    events = []
+    for p in range(40):
+        for key in "pqrst":
+            if rng.random() < 0.85:
+                events.append((p + rng.uniform(0, 1), p, key, float(rng.integers(0, 11))))
+    events = pd.DataFrame(events, columns=["ts", "p", "key", "x"])
+    # arrival order: shuffled within windows of 2 partitions (inside the lateness)
+    order = np.argsort(events["p"].to_numpy() // 2 * 10 + rng.uniform(0, 10, len(events)))
+    arrived = events.iloc[order]
+    finals = 0
+    for start in range(0, len(arrived), 7):
+        batch = arrived.iloc[start : start + 7]
+        stream.insert("S", batch.drop(columns="p"))
+        if view.partition is None:
+            continue
+        want = reference_pattern(events, view.partition)
+        h = view.helper()
+        got = {
+            k: (s, c, v)
+            for k, s, c, v in zip(h["key"], h["state"], h["count"], h["sum_x"], strict=True)
+        }
+        assert got == want, view.partition
+        final = {k for k, v in want.items() if v[0] == 3}
+        assert set(view.result()["key"]) == final
+        finals += len(final)
+    assert finals > 0
+
+
 def test_pattern_view_rejects_two_events_of_a_key_in_a_partition_atomically():
     pattern, stream = view2_stream()
     counter = Maintainer(Query({"S": ["src"]}, IntegerRing(), free=["src"]))
