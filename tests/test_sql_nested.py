@@ -59,6 +59,88 @@ VIEWS = {
     ),
     "min_of_key": ("SELECT a, MIN(a) AS m, MAX(x) AS mx FROM R GROUP BY a", []),
 }
+
+#: joins on inequalities and disjunctions across tables
+RESIDUAL = {
+    "inequality": (
+        "SELECT R.a, COUNT(*) AS n, SUM(R.x * S.y) AS s FROM R, S WHERE R.b < S.y GROUP BY R.a",
+        [],
+    ),
+    "band": (
+        "SELECT S.c, COUNT(*) AS n FROM R, S, T WHERE S.c = T.c "
+        "AND T.z BETWEEN R.x - 1 AND R.x + 1 GROUP BY S.c",
+        [],
+    ),
+    "or_across": (
+        "SELECT S.c, SUM(R.x) AS s, MIN(R.a) AS m FROM R JOIN S ON R.b = S.b "
+        "WHERE R.a = S.y OR R.x > 2 GROUP BY S.c",
+        [],
+    ),
+    "bag_inequality": ("SELECT R.a, S.c FROM R, S WHERE R.x < S.y AND R.b = S.b", []),
+    "distinct_inequality": ("SELECT DISTINCT R.a FROM R, E WHERE R.a > E.src", []),
+    "self_inequality": (
+        "SELECT e1.src, COUNT(*) AS n FROM E e1, E e2 WHERE e1.src = e2.src "
+        "AND e1.dst > e2.dst GROUP BY e1.src",
+        [],
+    ),
+}
+
+#: scalar subqueries, IN / EXISTS / NOT EXISTS / ALL / SOME
+SUBQUERIES = {
+    "uncorrelated_avg": (
+        "SELECT a, SUM(x) AS s FROM R WHERE x > (SELECT AVG(x) FROM R) GROUP BY a",
+        [],
+    ),
+    "q17_like": (
+        "SELECT SUM(R.x) AS s FROM R, S WHERE R.b = S.b "
+        "AND R.x < 0.5 * (SELECT SUM(r2.x) FROM R r2 WHERE r2.b = S.b)",
+        [],
+    ),
+    "q22_like": (
+        "SELECT S.c, SUM(S.y) AS s FROM S WHERE 0 = (SELECT COUNT(*) FROM R WHERE R.b = S.b) "
+        "AND S.y < (SELECT SUM(s2.y) FROM S s2 WHERE s2.y > 0) GROUP BY S.c",
+        [],
+    ),
+    "exists": (
+        "SELECT S.c, COUNT(*) AS n FROM S WHERE EXISTS (SELECT 1 FROM R WHERE R.b = S.b "
+        "AND R.x > 0) AND NOT EXISTS (SELECT * FROM T WHERE T.c = S.c) GROUP BY S.c",
+        [],
+    ),
+    "in_not_in": (
+        "SELECT a, b FROM R WHERE b IN (SELECT b FROM S WHERE y > 0) "
+        "AND a NOT IN (SELECT src FROM E)",
+        [],
+    ),
+    "in_grouped": (
+        "SELECT a, SUM(x) AS s FROM R WHERE b IN (SELECT b FROM S GROUP BY b "
+        "HAVING SUM(y) > 2) GROUP BY a",
+        [],
+    ),
+    "vwap_like": (
+        "SELECT SUM(R.x) AS s FROM R WHERE 0.5 * (SELECT SUM(r3.x) FROM R r3) "
+        "> (SELECT SUM(r2.x) FROM R r2 WHERE r2.x > R.x)",
+        [],
+    ),
+    "eq_and_range": (
+        "SELECT R.a, SUM(R.x) AS s FROM R WHERE (SELECT COUNT(*) FROM R r2 "
+        "WHERE r2.a = R.a AND r2.b <= R.b) > 1 GROUP BY R.a",
+        [],
+    ),
+    "all_some": (
+        "SELECT a, x FROM R WHERE x >= ALL (SELECT r2.x FROM R r2 WHERE r2.a = R.a) "
+        "AND b < SOME (SELECT dst FROM E WHERE E.src = R.a)",
+        [],
+    ),
+    "q18_like": (
+        "SELECT S.c, SUM(S.y) AS s FROM S WHERE 1 <= (SELECT SUM(1) WHERE 2 < "
+        "(SELECT SUM(R.x) FROM R WHERE R.b = S.b)) GROUP BY S.c",
+        [],
+    ),
+    "min_subquery": (
+        "SELECT MAX(T.d) AS last FROM T WHERE T.z > (SELECT MIN(x) FROM R)",
+        [],
+    ),
+}
 STRATEGIES = ("fivm", "first_order", "recompute")
 
 
@@ -130,3 +212,15 @@ def run_stream(views, initial, steps, strategies=STRATEGIES):
 @given(streams(max_rows=8, max_steps=6))
 def test_min_max_distinct_follow_duckdb(stream):
     run_stream(VIEWS, *stream)
+
+
+@settings(max_examples=8, **SETTINGS)
+@given(streams(max_rows=8, max_steps=6))
+def test_inequality_joins_and_disjunctions_follow_duckdb(stream):
+    run_stream(RESIDUAL, *stream)
+
+
+@settings(max_examples=8, **SETTINGS)
+@given(streams(max_rows=8, max_steps=6))
+def test_subqueries_follow_duckdb(stream):
+    run_stream(SUBQUERIES, *stream)

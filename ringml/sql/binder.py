@@ -172,7 +172,13 @@ class Binder:
             return self.arithmetic(arith[type(node)], node, context)
         if isinstance(node, (e.IntDiv, e.Mod, e.Pow, e.DPipe, e.BitwiseAnd, e.BitwiseOr)):
             raise self.unsupported(f"the operator in {node.sql(dialect=DIALECT)}", node)
+        if isinstance(node, e.Subquery):
+            return self.scalar_subquery(node.this, node, context)
+        if isinstance(node, e.Exists):
+            return self.exists_subquery(node.this, node, context)
         compare = {e.EQ: "=", e.NEQ: "<>", e.LT: "<", e.LTE: "<=", e.GT: ">", e.GTE: ">="}
+        if type(node) in compare and isinstance(node.expression, (e.All, e.Any)):
+            return self.quantified_subquery(compare[type(node)], node, context)
         if type(node) in compare:
             left = self.expr(node.this, context)
             right = self.expr(node.expression, context)
@@ -205,8 +211,10 @@ class Binder:
                 "and", (self.compare(">=", x, low, node), self.compare("<=", x, high, node))
             )
         if isinstance(node, e.In):
-            if node.args.get("query") is not None or node.args.get("unnest") is not None:
-                raise self.unsupported("IN (subquery)", node, "IN")
+            if node.args.get("query") is not None:
+                return self.in_subquery(node, context)
+            if node.args.get("unnest") is not None:
+                raise self.unsupported("IN UNNEST", node, "IN")
             x = self.expr(node.this, context)
             values = []
             for v in node.expressions:
@@ -259,6 +267,20 @@ class Binder:
             raise self.unsupported(f"the function {node.name.upper()}", node, node.name)
         label = type(node).__name__
         raise self.unsupported(f"{label} ({node.sql(dialect=DIALECT)[:40]})", node)
+
+    # ---------------------------------------------------------------- subqueries
+    def scalar_subquery(self, select: Any, node: Any, context: Context) -> Expr:
+        """A scalar subquery (the compiler maintains those of WHERE)."""
+        raise self.unsupported("a subquery here", node, "SELECT", construct="subquery")
+
+    def exists_subquery(self, select: Any, node: Any, context: Context) -> Expr:
+        raise self.unsupported("EXISTS (subquery) here", node, "EXISTS", construct="subquery")
+
+    def quantified_subquery(self, op: str, node: Any, context: Context) -> Expr:
+        raise self.unsupported("ALL/ANY (subquery) here", node, construct="subquery")
+
+    def in_subquery(self, node: Any, context: Context) -> Expr:
+        raise self.unsupported("IN (subquery) here", node, "IN", construct="subquery")
 
     def column(self, node: Any, context: Context) -> Expr:
         name, table = node.name, node.table

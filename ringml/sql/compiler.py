@@ -3,17 +3,34 @@ checks types and normalizes).
 
 The view class: SELECT-FROM-WHERE-GROUP BY-HAVING-ORDER BY-LIMIT over inner joins (comma,
 ``JOIN ... ON``, ``NATURAL JOIN``, ``USING``), table aliases and self-joins, derived tables
-and CTEs without aggregates (inlined).  WHERE/ON conjuncts are either selections on one FROM
-item (any condition) or equalities between expressions of two items (joins: union-find of
-join terms, one query variable per class); items joined by no equality form a Cartesian
+and CTEs without aggregates (inlined).  WHERE/ON conjuncts that are selections on one FROM
+item or equalities between expressions of two items (joins: union-find of join terms, one
+query variable per class) run in the engine; items joined by no equality form a Cartesian
 product of connected pieces.  Group-by keys are expressions of one item.
 ``COUNT``/``SUM``/``AVG`` take expressions over any items: each argument is expanded into a
 sum of products of per-item factors (NULLs tracked by a second such sum), so each distinct
-product becomes one ring component.  ``MIN``/``MAX`` and ``COUNT``/``SUM``/``AVG(DISTINCT)``
-over an expression of one item make it a *hidden key*: the engine groups by it too (the
-multiset of its values per group, exact under deletes) and a read collapses the hidden keys,
-taking each group's extreme or distinct values.  Anything else raises a :class:`SqlError`
-naming the construct and its position.
+product becomes one ring component.
+
+Beyond SPJA (DBToaster's query class), every construct keeps the engine's part maintained
+incrementally by the chosen strategy and adds a step on read:
+
+* ``MIN``/``MAX`` and ``COUNT``/``SUM``/``AVG(DISTINCT x)`` over an expression of one item:
+  ``x`` becomes a *hidden key* -- the engine keeps the multiset of its values per group,
+  exact under deletes -- and a read collapses the hidden keys, taking each group's extreme
+  or distinct values.
+* Any other WHERE conjunct over several items (inequality and band joins, ``OR`` across
+  tables, ...): its columns become hidden keys and the condition filters the engine's groups
+  on read (the *residual* filter), before they collapse.
+* Subqueries in WHERE, each maintained as a view of its own (:class:`SubqueryPlan`) keyed by
+  its correlated inner expressions and looked up per outer group by the residual: scalar
+  subqueries with aggregates, uncorrelated or correlated by equalities and at most one
+  inequality (SUM/COUNT summed over the range by prefix sums); ``EXISTS``/``NOT EXISTS``,
+  ``IN``/``NOT IN`` and ``op ALL``/``op ANY|SOME`` as row counts with the comparison as a
+  correlation; ``IN`` over an uncorrelated grouped subquery (GROUP BY/HAVING) as membership
+  in its maintained rows; FROM-less ``(SELECT SUM(c) WHERE cond)``.  An empty SUM or COUNT
+  subquery is 0 (ring semantics, as in DBToaster), AVG/MIN/MAX NULL.
+
+Anything else raises a :class:`SqlError` naming the construct and its position.
 """
 
 from __future__ import annotations
@@ -25,7 +42,20 @@ from .aggregates import Poly, expand
 from .binder import Aggregates, Binder, Context, Item, Scope
 from .catalog import Catalog
 from .errors import SqlNameError, SqlSemanticError
-from .expressions import AggRef, Arith, Cmp, Col, Expr, IsNull, Lit, Logic, comparable, fold
+from .expressions import (
+    AggRef,
+    Arith,
+    Case,
+    Cmp,
+    Col,
+    Expr,
+    IsNull,
+    Lit,
+    Logic,
+    SubqueryRef,
+    comparable,
+    fold,
+)
 from .logical import (
     COUNT,
     HIDDEN_AGGREGATES,
@@ -34,6 +64,7 @@ from .logical import (
     Component,
     OrderKey,
     OutputColumn,
+    SubqueryPlan,
     ViewPlan,
 )
 from .parse import DIALECT, parse_select
@@ -94,11 +125,16 @@ class _Compiler(Binder):
         self.keys: dict[str, str] = {}  # free variable -> kind
         self.key_terms: dict[Expr, str] = {}  # canonical term -> free variable
         self.counter = 0
+        self.residuals: list[tuple[Expr, Any]] = []  # WHERE conjuncts read after the engine
+        self.subqueries: list[SubqueryPlan] = []
 
     # ---------------------------------------------------------------- entry
-    def compile(self) -> ViewPlan:
+    def compile(self, select: Any = None) -> ViewPlan:
+        """The plan of ``select`` (default: the one SELECT of the text)."""
         e = self.exp
-        select = parse_select(self.text)
+        top = select is None
+        if top:
+            select = parse_select(self.text)
         self.check_clauses(select)
         scope = self.from_clause(select, "")
         self.where(select, scope)
@@ -155,11 +191,16 @@ class _Compiler(Binder):
         )
         limit, offset = self.limit(select)
         visible = set(self.keys)
+        # hidden keys before the aggregates' factor columns, whose names must not clash
+        residual = None
+        if self.residuals:
+            parts = tuple(self.slots(ir) for ir, _ in self.residuals)
+            residual = parts[0] if len(parts) == 1 else Logic("and", parts)
         aggregate_plans, components = self.aggregate_plans(aggregates)
         hidden = tuple(v for v in self.keys if v not in visible)
         atoms = self.atom_plans()
         return ViewPlan(
-            sql=self.text,
+            sql=self.text if top else select.sql(dialect=DIALECT),
             atoms=atoms,
             keys=tuple(self.keys.items()),
             components=components,
@@ -172,7 +213,15 @@ class _Compiler(Binder):
             grouped=grouped,
             global_aggregate=global_aggregate,
             hidden=hidden,
+            residual=residual,
+            subqueries=tuple(self.subqueries),
         )
+
+    def slots(self, ir: Expr) -> Expr:
+        """A residual condition over key slots: each column a (hidden) key."""
+        if isinstance(ir, Col) and ir.source:
+            return Col("", self.add_key(ir), ir.kind)
+        return ir.map(self.slots)
 
     def check_clauses(self, select: Any) -> None:
         """Clauses outside the view class, by name."""
@@ -218,9 +267,9 @@ class _Compiler(Binder):
                     )
                     or (isinstance(node, e.Select) and isinstance(parent, e.CTE))
                 )
-                if not in_from:
+                if not in_from and not _inside(node, select.args.get("where"), select):
                     raise self.unsupported(
-                        "a subquery outside FROM (IN/EXISTS/scalar subqueries)",
+                        "a subquery outside FROM and WHERE",
                         node,
                         "SELECT",
                         construct="subquery",
@@ -388,6 +437,286 @@ class _Compiler(Binder):
             columns = _rename(columns, renames, alias, self.pos(node))
         return Item(alias, columns, node)
 
+    # ---------------------------------------------------------------- subqueries
+    def scalar_subquery(self, select: Any, node: Any, context: Context) -> Expr:
+        """``(SELECT agg FROM ... WHERE ...)``: a maintained view keyed by the correlated
+        inner expressions; FROM-less ``(SELECT SUM(c) WHERE cond)`` is ``CASE WHEN cond
+        THEN c ELSE 0 END``."""
+        e = self.exp
+        select = _unwrap(e, select)
+        if not isinstance(select, e.Select):
+            raise self.unsupported(f"{type(select).__name__.upper()} as a subquery", node)
+        if len(select.expressions) != 1:
+            raise self.unsupported("a scalar subquery with several columns", node, "SELECT")
+        value = _unaliased(e, select.expressions[0])
+        if (select.args.get("from_") or select.args.get("from")) is None:
+            return self.fromless(select, value, node, context)
+        for key in ("group", "having", "order", "limit", "distinct"):
+            if select.args.get(key):
+                raise self.unsupported(
+                    f"a scalar subquery with {key.upper()}",
+                    select.args[key],
+                    construct=f"scalar subquery with {key.upper()}",
+                )
+        if not any(isinstance(n, e.AggFunc) for n in value.walk()):
+            raise self.unsupported(
+                "a scalar subquery without an aggregate",
+                node,
+                "SELECT",
+                construct="scalar subquery without an aggregate",
+            )
+        return self.subquery(select, value, [], node, context)
+
+    def fromless(self, select: Any, value: Any, node: Any, context: Context) -> Expr:
+        e = self.exp
+        constant = None
+        if isinstance(value, e.Count) and (
+            value.this is None or isinstance(value.this, (e.Star, e.Literal))
+        ):
+            constant = Lit(1, "int")
+        elif isinstance(value, e.Sum) and isinstance(value.this, e.Literal):
+            constant = fold(self.expr(value.this, context))
+        if not isinstance(constant, Lit) or constant.type not in ("int", "float"):
+            raise self.unsupported(
+                "a subquery without FROM other than SELECT SUM(constant) or COUNT(*)",
+                node,
+                "SELECT",
+                construct="subquery without FROM",
+            )
+        where = select.args.get("where")
+        if where is None:
+            return constant
+        cond = self.condition(where.this, context, "WHERE")
+        return Case(((cond, constant),), Lit(0, constant.type), constant.type)
+
+    def exists_subquery(self, select: Any, node: Any, context: Context) -> Expr:
+        """``EXISTS (...)``: the subquery's row count per correlation key is positive."""
+        select = self.plain_subquery(select, node, "EXISTS", columns=None)
+        count = self.subquery(select, self.exp.Count(this=self.exp.Star()), [], node, context)
+        return Cmp(">", count, Lit(0, "int"))
+
+    def in_subquery(self, node: Any, context: Context) -> Expr:
+        """``x IN (SELECT y ...)``: EXISTS with the correlation ``y = x``; a subquery with
+        GROUP BY, HAVING, DISTINCT or aggregates (uncorrelated) is a maintained view whose
+        first column is looked up."""
+        e = self.exp
+        select = _unwrap(e, node.args["query"])
+        grouped = isinstance(select, e.Select) and (
+            any(select.args.get(k) for k in ("group", "having", "distinct"))
+            or any(isinstance(n, e.AggFunc) for x in select.expressions for n in x.walk())
+        )
+        if grouped:
+            return self.membership(select, node, context)
+        select = self.plain_subquery(select, node, "IN", columns=1)
+        inner = _unaliased(e, select.expressions[0])
+        count = self.subquery(
+            select, e.Count(this=e.Star()), [(inner, "=", node.this)], node, context
+        )
+        return Cmp(">", count, Lit(0, "int"))
+
+    def quantified_subquery(self, op: str, node: Any, context: Context) -> Expr:
+        """``x op ALL/ANY (SELECT y ...)``: no row with ``NOT (x op y)`` / some row with
+        ``x op y`` -- a count with that inequality as a correlation."""
+        e = self.exp
+        quantifier = node.expression
+        every = isinstance(quantifier, e.All)
+        word = "ALL" if every else "ANY"
+        select = self.plain_subquery(_unwrap(e, quantifier.this), node, word, columns=1)
+        inner = _unaliased(e, select.expressions[0])
+        if op == "=" and not every or op == "<>" and every:
+            condition = "="  # IN / NOT IN
+        elif op in ("=", "<>"):
+            raise self.unsupported(f"{op} {word} (subquery)", node, word)
+        else:
+            condition = _NEGATE[op] if every else op
+        # ``x condition y`` is ``y flipped x``: the inner side first
+        count = self.subquery(
+            select, e.Count(this=e.Star()), [(inner, _FLIP[condition], node.this)], node, context
+        )
+        return Cmp("=" if every else ">", count, Lit(0, "int"))
+
+    def plain_subquery(self, select: Any, node: Any, word: str, columns: int | None) -> Any:
+        e = self.exp
+        select = _unwrap(e, select)
+        if (
+            not isinstance(select, e.Select)
+            or (select.args.get("from_") or select.args.get("from")) is None
+        ):
+            raise self.unsupported(f"{word} over a subquery without FROM", node, word)
+        if columns is not None and len(select.expressions) != columns:
+            raise self.unsupported(f"{word} (subquery) with several columns", node, word)
+        for key in ("group", "having", "distinct", "order", "limit"):
+            if select.args.get(key):
+                raise self.unsupported(
+                    f"{word} (subquery with {key.upper()})",
+                    select.args[key],
+                    word,
+                    construct=f"{word} subquery with {key.upper()}",
+                )
+        if any(isinstance(n, e.AggFunc) for x in select.expressions for n in x.walk()):
+            raise self.unsupported(f"{word} (subquery with an aggregate)", node, word)
+        return select
+
+    def membership(self, select: Any, node: Any, context: Context) -> Expr:
+        e = self.exp
+        if len(select.expressions) != 1:
+            raise self.unsupported("IN (subquery) with several columns", node, "IN")
+        if self.correlations(select)[1]:
+            raise self.unsupported(
+                "a correlated IN (subquery) with GROUP BY, HAVING, DISTINCT or aggregates",
+                node,
+                "IN",
+                construct="correlated grouped IN subquery",
+            )
+        plan = _Compiler(self.text, self.catalog).compile(select.copy())
+        x = self.expr(node.this, Context(context.scope, None, "WHERE"))
+        comparable(x, _output_expr(plan, 0), "IN (subquery)", self.pos(node))
+        text = select.sql(dialect=DIALECT)
+        self.subqueries.append(SubqueryPlan(plan, "in", 0, None, None, text))
+        del e
+        return SubqueryRef(len(self.subqueries) - 1, (x,), "bool", False, text)
+
+    def correlations(self, select: Any) -> tuple[list, list]:
+        """The conjuncts of ``select``'s WHERE without and with columns of the outer query
+        (columns inside nested subqueries are theirs to resolve)."""
+        e = self.exp
+        inner = self.inner_names(select)
+        where = select.args.get("where")
+        local, correlated = [], []
+        for conjunct in _conjuncts(e, where.this) if where is not None else []:
+            (correlated if self.outer_columns(conjunct, inner) else local).append(conjunct)
+        for part in (select.expressions, [select.args.get("group"), select.args.get("having")]):
+            for root in part:
+                if root is not None and self.outer_columns(root, inner):
+                    raise self.unsupported(
+                        "a correlated column outside the subquery's WHERE",
+                        self.outer_columns(root, inner)[0],
+                        construct="correlated column outside WHERE",
+                    )
+        return local, correlated
+
+    def inner_names(self, select: Any) -> tuple[set[str], set[str]]:
+        """The aliases of ``select``'s FROM items and the columns of its tables."""
+        e = self.exp
+        from_ = select.args.get("from_") or select.args.get("from")
+        items = [from_.this] + [j.this for j in select.args.get("joins") or []]
+        aliases, columns = set(), set()
+        for item in items:
+            aliases.add((item.alias or item.name).lower())
+            if isinstance(item, e.Table):
+                schema = self.catalog.find(item.name)
+                if schema is not None:
+                    columns |= {c.lower() for c in schema.columns}
+            elif isinstance(item, e.Subquery) and isinstance(item.this, e.Select):
+                columns |= {x.alias_or_name.lower() for x in item.this.expressions}
+        return aliases, columns
+
+    def outer_columns(self, node: Any, inner: tuple[set[str], set[str]]) -> list:
+        e = self.exp
+        aliases, columns = inner
+        out = []
+        for column in node.find_all(e.Column):
+            if isinstance(column.this, e.Star):
+                continue
+            if any(isinstance(p, (e.Select, e.Subquery)) for p in _ancestors(column, node)):
+                continue
+            table = column.table.lower()
+            if (table and table not in aliases) or (
+                not table and column.name.lower() not in columns
+            ):
+                out.append(column)
+        return out
+
+    def subquery(
+        self, select: Any, value: Any, extra: list, node: Any, context: Context
+    ) -> SubqueryRef:
+        """A maintained view of ``select`` grouped by its correlated inner expressions
+        (equalities; one inequality at most), with ``value`` as ``__v`` and its row count
+        as ``__n``; ``extra``: correlations ``(inner, op, outer)`` to add."""
+        e = self.exp
+        local, correlated = self.correlations(select)
+        inner_names = self.inner_names(select)
+        pairs = []
+        for conjunct in correlated:
+            pairs.append(self.correlation(conjunct, inner_names))
+        pairs.extend(extra)
+        equalities = [(i, o) for i, op, o in pairs if op == "="]
+        inequalities = [(i, op, o) for i, op, o in pairs if op != "="]
+        if len(inequalities) > 1:
+            raise self.unsupported(
+                "a subquery correlated by several inequalities",
+                node,
+                "SELECT",
+                construct="subquery correlated by several inequalities",
+            )
+        if inequalities and not (
+            isinstance(value, (e.Sum, e.Count)) and not isinstance(value.this, e.Distinct)
+        ):
+            raise self.unsupported(
+                f"an inequality-correlated subquery of {value.sql(dialect=DIALECT)} "
+                "(only one SUM or COUNT is summed over a range)",
+                node,
+                "SELECT",
+                construct="inequality-correlated subquery other than SUM/COUNT",
+            )
+        keys = [i.copy() for i, _ in equalities] + [i.copy() for i, _, _ in inequalities]
+        names = [f"__k{j}" for j in range(len(equalities))] + ["__r"] * len(inequalities)
+        sub = select.copy()
+        sub.set(
+            "expressions",
+            [e.alias_(k, n) for k, n in zip(keys, names, strict=True)]
+            + [e.alias_(value.copy(), "__v"), e.alias_(e.Count(this=e.Star()), "__n")],
+        )
+        sub.set("where", e.Where(this=e.and_(*[c.copy() for c in local])) if local else None)
+        sub.set("group", e.Group(expressions=[k.copy() for k in keys]) if keys else None)
+        plan = _Compiler(self.text, self.catalog).compile(sub)
+        outer_context = Context(context.scope, None, "WHERE")
+        args = []
+        for _, op, outer in [(i, "=", o) for i, o in equalities] + inequalities:
+            x = self.expr(outer, outer_context)
+            comparable(_output_expr(plan, len(args)), x, f"the correlation {op}", self.pos(outer))
+            args.append(x)
+        slot = len(keys)
+        kind = _output_expr(plan, slot).kind
+        kind = "int" if kind == "null" else kind
+        default = _empty_value(plan, slot)
+        text = select.sql(dialect=DIALECT)
+        self.subqueries.append(
+            SubqueryPlan(
+                plan,
+                "value",
+                len(equalities),
+                inequalities[0][1] if inequalities else None,
+                default,
+                text,
+            )
+        )
+        nulls = default is None or _output_expr(plan, slot).nullable
+        return SubqueryRef(len(self.subqueries) - 1, tuple(args), kind, nulls, text)
+
+    def correlation(self, conjunct: Any, inner: tuple[set[str], set[str]]) -> tuple:
+        """``(inner side, op, outer side)`` of a correlated comparison (op read as
+        ``inner op outer``)."""
+        e = self.exp
+        compare = {e.EQ: "=", e.LT: "<", e.LTE: "<=", e.GT: ">", e.GTE: ">="}
+        node = _unwrap(e, conjunct)
+        if type(node) in compare:
+            left_outer = bool(self.outer_columns(node.this, inner))
+            right_outer = bool(self.outer_columns(node.expression, inner))
+            left_inner = _reads_columns(e, node.this) and not left_outer
+            right_inner = _reads_columns(e, node.expression) and not right_outer
+            op = compare[type(node)]
+            if right_outer and left_inner and not self.outer_columns(node.this, inner):
+                return node.this, op, node.expression
+            if left_outer and right_inner:
+                return node.expression, _FLIP[op], node.this
+        raise self.unsupported(
+            f"the correlated condition {conjunct.sql(dialect=DIALECT)} (a subquery may be "
+            "correlated by comparisons of an inner and an outer expression)",
+            conjunct,
+            construct="correlated condition",
+        )
+
     # ---------------------------------------------------------------- WHERE and joins
     def where(self, select: Any, scope: Scope) -> None:
         node = select.args.get("where")
@@ -401,6 +730,9 @@ class _Compiler(Binder):
         """Each conjunct is a selection on one atom or a join equality (union-find)."""
         first = next(iter(self.atoms))
         for ir, node in self.conjuncts:
+            if any(isinstance(n, SubqueryRef) for n in ir.walk()):
+                self.residuals.append((ir, node))
+                continue
             sources = ir.sources()
             if len(sources) <= 1:
                 folded = fold(ir)
@@ -418,29 +750,9 @@ class _Compiler(Binder):
                             )
                     self.joins.union(ir.left, ir.right)
                     continue
-                raise self.unsupported(
-                    f"the join predicate {ir.sql()} (an expression over several tables on "
-                    "one side)",
-                    node,
-                    construct="join predicate over an expression of several tables",
-                )
-            names = ", ".join(sorted(sources))
-            if isinstance(ir, Logic) and ir.op == "or":
-                raise self.unsupported(
-                    f"OR across tables ({names})",
-                    node,
-                    "OR",
-                    "a condition may read several tables only as an equality join",
-                    construct="OR across tables",
-                )
-            if isinstance(ir, Cmp):
-                raise self.unsupported(
-                    f"the non-equality join predicate {ir.sql()}",
-                    node,
-                    hint="tables join on equalities only",
-                    construct="non-equality join predicate",
-                )
-            raise self.unsupported(f"the condition {ir.sql()} across tables ({names})", node)
+            # inequality and band joins, OR across tables, ...: the columns become hidden
+            # keys of the engine's groups, the condition filters them on read
+            self.residuals.append((ir, node))
 
     def canonical(self, term: Expr) -> Expr:
         """``term`` with joined sub-terms replaced by their class representative."""
@@ -632,11 +944,16 @@ class _Compiler(Binder):
                 out[name] = out.get(name, 0) + coefficient
             return tuple((c, name) for name, c in out.items() if c != 0)
 
+        hidden = {  # first: their keys take the plain variable names
+            i: self.hidden_aggregate(f"#a{i}", function, argument, node, node.sql(dialect=DIALECT))
+            for i, (function, argument, node) in enumerate(aggregates.calls)
+            if function in HIDDEN_AGGREGATES
+        }
         for i, (function, argument, node) in enumerate(aggregates.calls):
             slot = f"#a{i}"
             text = node.sql(dialect=DIALECT)
-            if function in HIDDEN_AGGREGATES:
-                plans.append(self.hidden_aggregate(slot, function, argument, node, text))
+            if i in hidden:
+                plans.append(hidden[i])
                 continue
             if argument is None:
                 plans.append(AggregatePlan(slot, "count", ((1, COUNT),), None, "int", text))
@@ -772,6 +1089,63 @@ class _Compiler(Binder):
 # ------------------------------------------------------------------------------ helpers
 def _key(components: dict, name: str) -> tuple:
     return next(k for k, c in components.items() if c.name == name)
+
+
+_FLIP = {"=": "=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+_NEGATE = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+
+def _unwrap(e: Any, node: Any) -> Any:
+    while isinstance(node, (e.Paren, e.Subquery)):
+        node = node.this
+    return node
+
+
+def _unaliased(e: Any, node: Any) -> Any:
+    return node.this if isinstance(node, e.Alias) else node
+
+
+def _ancestors(node: Any, stop: Any):
+    """The nodes strictly between ``node`` and ``stop`` (none when ``node`` is ``stop``)."""
+    if node is stop:
+        return
+    node = node.parent
+    while node is not None and node is not stop:
+        yield node
+        node = node.parent
+
+
+def _reads_columns(e: Any, node: Any) -> bool:
+    return any(True for _ in node.find_all(e.Column))
+
+
+def _output_expr(plan: ViewPlan, index: int) -> Expr:
+    return plan.outputs[index].expression
+
+
+def _empty_value(plan: ViewPlan, index: int):
+    """The value of output ``index`` of an aggregate view over no rows, with ring
+    semantics: SUM and COUNT are 0, AVG, MIN and MAX NULL."""
+    import numpy as np
+
+    env = {}
+    for a in plan.aggregates:
+        null = a.function not in ("sum", "count", "count_distinct", "sum_distinct")
+        env[a.slot] = (np.zeros(1, dtype=np.int64), np.ones(1, dtype=bool) if null else None)
+    values, null = _output_expr(plan, index).evaluate(env, 1)
+    if null is not None and null[0]:
+        return None
+    value = values[0]
+    return value.item() if hasattr(value, "item") else value
+
+
+def _inside(node: Any, clause: Any, stop: Any) -> bool:
+    """Whether ``node`` lies in ``clause`` (below ``stop``)."""
+    while clause is not None and node is not None and node is not stop:
+        if node is clause:
+            return True
+        node = node.parent
+    return False
 
 
 def _conjuncts(e: Any, node: Any) -> list:

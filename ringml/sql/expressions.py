@@ -789,12 +789,40 @@ def literal(value: Any) -> Lit:
     raise SqlUnsupportedError(f"literal {value!r} of type {type(value).__name__}")
 
 
+@dataclass(frozen=True)
+class SubqueryRef(Expr):
+    """The value of the view's subquery ``index`` for each row: ``args`` are the outer
+    values it is correlated with (one per equality, then the inequality's, if any).  A read
+    evaluates it with ``env["#s<index>"]``, a lookup into the subquery's maintained view."""
+
+    index: int
+    args: tuple[Expr, ...]
+    type: str
+    nulls: bool
+    text: str
+
+    @property
+    def kind(self) -> str:
+        return self.type
+
+    @property
+    def nullable(self) -> bool:
+        return self.nulls
+
+    def sql(self) -> str:
+        return f"({self.text})"
+
+    def evaluate(self, env, n):
+        values = [a.evaluate(env, n)[0] for a in self.args]
+        return env[f"#s{self.index}"](values, n)
+
+
 def fold(expr: Expr) -> Expr:
     """``expr`` as a literal when it reads no column (and evaluates without error)."""
     if (
         isinstance(expr, Lit | Col | AggRef)
         or expr.columns()
-        or any(isinstance(n, AggRef) for n in expr.walk())
+        or any(isinstance(n, AggRef | SubqueryRef) for n in expr.walk())
     ):
         return expr
     if isinstance(expr, Arith) and isinstance(expr.left, Lit) and isinstance(expr.right, Lit):

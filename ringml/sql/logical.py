@@ -95,6 +95,35 @@ class OrderKey:
 
 
 @dataclass(frozen=True)
+class SubqueryPlan:
+    """A subquery of a view's WHERE, maintained as its own view (``plan``) and read by the
+    residual filter per outer row.
+
+    ``mode="value"``: ``plan``'s rows are ``(__k0.., [__r], __v, __n)``: per value of the
+    ``equalities`` correlated inner expressions (``__kI``) -- and of the inner side ``__r``
+    of an ``inequality`` (``"<"``, ``"<="``, ``">"``, ``">="``: ``__r op outer``) -- the
+    subquery's value ``__v`` and its row count ``__n``; an outer row with no match gets
+    ``default`` (0 for SUM/COUNT: ring semantics, NULL for AVG/MIN/MAX).  With an
+    inequality, ``__v`` is a SUM or COUNT, summed over the matching ``__r``.
+    ``mode="in"``: ``plan`` is the (uncorrelated) subquery itself; the outer value is
+    looked up among its first column."""
+
+    plan: ViewPlan
+    mode: str
+    equalities: int
+    inequality: str | None
+    default: object
+    text: str
+
+    def describe(self) -> str:
+        how = {"value": "value", "in": "membership"}[self.mode]
+        corr = f"{self.equalities} equalit{'y' if self.equalities == 1 else 'ies'}"
+        if self.inequality:
+            corr += f" and __r {self.inequality} outer"
+        return f"({self.text}): {how}, correlated by {corr}; empty: {self.default}"
+
+
+@dataclass(frozen=True)
 class ViewPlan:
     """A compiled view.  ``grouped``: one output row per group (aggregates, GROUP BY,
     DISTINCT); otherwise a bag projection, each group's row repeated by its count.
@@ -117,11 +146,19 @@ class ViewPlan:
     # them too, and a read filters those groups by ``residual`` and collapses them
     hidden: tuple[str, ...] = ()
     residual: Expr | None = None
+    subqueries: tuple[SubqueryPlan, ...] = ()
 
     @property
     def tables(self) -> tuple[str, ...]:
-        """The base tables the view reads, each once."""
-        return tuple(dict.fromkeys(a.table for a in self.atoms))
+        """The base tables the view reads (its subqueries' included), each once."""
+        own = [a.table for a in self.atoms]
+        return tuple(dict.fromkeys(own + [t for s in self.subqueries for t in s.plan.tables]))
+
+    @property
+    def collapsed(self) -> bool:
+        """Whether a read filters and collapses the engine's groups (hidden keys or a
+        residual filter)."""
+        return bool(self.hidden) or self.residual is not None
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -150,6 +187,9 @@ class ViewPlan:
             lines.append(f"hidden keys (collapsed on read): {list(self.hidden)}")
         if self.residual is not None:
             lines.append(f"residual filter: {self.residual.sql()}")
+        for i, sub in enumerate(self.subqueries):
+            lines.append(f"subquery #s{i}: {sub.describe()}")
+            lines.extend("    " + line for line in sub.plan.describe().splitlines())
         lines.append(
             "components: "
             + ", ".join(

@@ -26,7 +26,7 @@ from .catalog import Catalog, TableSchema, parse_ddl
 from .compiler import compile_view
 from .errors import SqlNameError
 from .expressions import EvaluationError, as_numbers, truth
-from .logical import HIDDEN_AGGREGATES, AtomPlan, ViewPlan
+from .logical import HIDDEN_AGGREGATES, AtomPlan, SubqueryPlan, ViewPlan
 from .output import key_column, row_changes, view_rows
 from .tables import TableChange, TableStore, check_batches
 
@@ -70,12 +70,22 @@ class GroupKeys(Mapping):
 
 
 def collapse(
-    plan: ViewPlan, maintainer: Maintainer, codes: np.ndarray, components: dict
+    plan: ViewPlan,
+    maintainer: Maintainer,
+    codes: np.ndarray,
+    components: dict,
+    lookups: Mapping[str, Callable] | None = None,
 ) -> tuple[GroupKeys, dict]:
     """The engine's groups (``codes`` in ``query.free`` order and their components) as
-    the view's groups: those passing the residual filter, summed over the hidden keys, with
-    the MIN/MAX/DISTINCT aggregates taken over each group's values of their hidden key."""
+    the view's groups: those passing the residual filter (``lookups``: per subquery slot
+    ``#sI`` its lookup), summed over the hidden keys, with the MIN/MAX/DISTINCT aggregates
+    taken over each group's values of their hidden key."""
     free = list(maintainer.query.free)
+    if plan.residual is not None:
+        env = _KeyEnv(plan, maintainer, codes, lookups or {})
+        keep = truth(plan.residual, env, len(codes))
+        codes = codes[keep]
+        components = {name: values[keep] for name, values in components.items()}
     visible = [v for v, _ in plan.keys if v not in plan.hidden]
     unique, inverse = group_rows(codes[:, [free.index(v) for v in visible]])
     m = len(unique)
@@ -87,6 +97,100 @@ def collapse(
             values = key_column(maintainer.decode(a.argument, codes[:, column]), kinds[a.argument])
             out[a.slot] = _hidden_aggregate(a.function, values, inverse, m)
     return GroupKeys(maintainer, visible, unique), out
+
+
+class _KeyEnv(dict):
+    """What a residual condition reads: key columns decoded on first use and the
+    subqueries' lookups."""
+
+    def __init__(self, plan: ViewPlan, maintainer: Maintainer, codes, lookups) -> None:
+        super().__init__(lookups)
+        self._kinds, self._maintainer, self._codes = dict(plan.keys), maintainer, codes
+        self._free = list(maintainer.query.free)
+
+    def __missing__(self, name: str) -> np.ndarray:
+        column = self._codes[:, self._free.index(name)]
+        value = self[name] = key_column(self._maintainer.decode(name, column), self._kinds[name])
+        return value
+
+
+def subquery_lookup(sub: SubqueryPlan, rows: pd.DataFrame) -> Callable:
+    """``lookup(outer values, n) -> (values, null)``: the subquery's value for each outer
+    row, from the rows of its maintained view."""
+    if sub.mode == "in":
+        members = rows.iloc[:, 0].to_numpy()
+
+        def member(values, n):
+            return pd.Index(values[0]).isin(members), None
+
+        return member
+    k = sub.equalities
+    value = rows["__v"].to_numpy()
+    null = rows["__v"].isna().to_numpy()
+    if sub.inequality is not None:
+        return lambda values, n: _range_sums(sub, rows, value, values, n)
+    if k == 0:
+        found = len(rows) and rows["__n"].iloc[0] > 0
+        positions = np.zeros(1, dtype=np.int64) if found else np.full(1, -1, dtype=np.int64)
+        return lambda values, n: _gather(value, null, np.repeat(positions, n), sub.default)
+    index = (
+        pd.Index(rows["__k0"].to_numpy())
+        if k == 1
+        else pd.MultiIndex.from_arrays([rows[f"__k{j}"].to_numpy() for j in range(k)])
+    )
+
+    def lookup(values, n):
+        probe = pd.Index(values[0]) if k == 1 else pd.MultiIndex.from_arrays(values[:k])
+        return _gather(value, null, index.get_indexer(probe), sub.default)
+
+    return lookup
+
+
+def _gather(value: np.ndarray, null: np.ndarray, positions: np.ndarray, default):
+    """``value[positions]``, ``default`` where a position is -1 (no match)."""
+    found = positions >= 0
+    fill = 0 if default is None else default
+    if value.dtype.kind in "iufb":
+        dtype = np.result_type(value.dtype, np.asarray(fill).dtype)
+        out = np.full(positions.size, fill, dtype=dtype)
+    elif value.dtype.kind == "M":
+        out = np.full(positions.size, np.datetime64(0, "ns"), dtype=value.dtype)
+    else:
+        out = np.full(positions.size, fill, dtype=object)
+    out[found] = value[positions[found]]
+    missing = ~found if default is None else np.zeros(positions.size, dtype=bool)
+    missing[found] = null[positions[found]]
+    return out, (missing if missing.any() else None)
+
+
+def _range_sums(sub: SubqueryPlan, rows: pd.DataFrame, value: np.ndarray, values, n: int):
+    """Per outer row, the sum of ``__v`` over the subquery's rows with its equality keys
+    and ``__r op x`` (``x``: the outer value of the inequality): one sort of the rows by
+    (keys, ``__r``), prefix sums, and binary searches (no loop over rows)."""
+    k, m = sub.equalities, len(rows)
+    if k:
+        both = [
+            np.concatenate([rows[f"__k{j}"].to_numpy(dtype=object), np.asarray(values[j], object)])
+            for j in range(k)
+        ]
+        group = (
+            pd.MultiIndex.from_arrays(both).factorize()[0] if k > 1 else pd.factorize(both[0])[0]
+        )
+    else:
+        group = np.zeros(m + n, dtype=np.int64)
+    ranks = pd.factorize(np.concatenate([rows["__r"].to_numpy(), values[k]]), sort=True)[0]
+    width = int(ranks.max()) + 2 if len(ranks) else 1
+    key = group.astype(np.int64) * width + ranks
+    order = np.argsort(key[:m], kind="stable")
+    sorted_keys = key[:m][order]
+    prefix = np.concatenate([np.zeros(1, dtype=value.dtype), np.cumsum(value[order])])
+    probe, start = key[m:], group[m:].astype(np.int64) * width
+    low = np.searchsorted(sorted_keys, start, "left")
+    high = np.searchsorted(sorted_keys, start + width, "left")
+    op = sub.inequality
+    cut = np.searchsorted(sorted_keys, probe, "right" if op in (">", "<=") else "left")
+    sums = prefix[high] - prefix[cut] if op in (">", ">=") else prefix[cut] - prefix[low]
+    return sums, None
 
 
 def _group_sum(values: np.ndarray, inverse: np.ndarray, m: int) -> np.ndarray:
@@ -145,6 +249,11 @@ class View:
         self._by_table: dict[str, list[AtomPlan]] = {}
         for atom in plan.atoms:
             self._by_table.setdefault(atom.table, []).append(atom)
+        # each subquery of WHERE is a view of its own, read by the residual filter
+        self.subviews = [
+            View(f"{name}#s{i}", sub.plan, strategy) for i, sub in enumerate(plan.subqueries)
+        ]
+        self._delta = None  # the engine's change of the result in the last apply
 
     def __getstate__(self) -> dict:
         """Everything but the subscribers (callbacks of this process; the maintainer drops
@@ -177,8 +286,16 @@ class View:
         groups = self.maintainer.groups()
         parts = _parts(groups.payload)
         components = {c.name: p for c, p in zip(self.plan.components, parts, strict=True)}
-        if self.plan.hidden:
-            keys, components = collapse(self.plan, self.maintainer, groups.codes, components)
+        if self.plan.collapsed:
+            lookups = {
+                f"#s{i}": subquery_lookup(sub, view.to_pandas())
+                for i, (sub, view) in enumerate(
+                    zip(self.plan.subqueries, self.subviews, strict=True)
+                )
+            }
+            keys, components = collapse(
+                self.plan, self.maintainer, groups.codes, components, lookups
+            )
         else:
             keys = GroupKeys(self.maintainer, groups.free, groups.codes)
         return view_rows(self.plan, keys, components)
@@ -205,7 +322,7 @@ class View:
         """Whether the diff of a batch is the difference of the whole results before and
         after it: LIMIT/OFFSET cut the result (a change of one group moves others in), or
         engine groups collapse into output rows (MIN/MAX/DISTINCT, residual filters)."""
-        return self.plan.limit is not None or self.plan.offset > 0 or bool(self.plan.hidden)
+        return self.plan.limit is not None or self.plan.offset > 0 or self.plan.collapsed
 
     def diff(self, delta) -> pd.DataFrame:
         """The output rows that left and came with an apply, from the engine's change of the
@@ -232,8 +349,11 @@ class View:
         return self.to_pandas().iloc[:0]
 
     def explain(self) -> str:
-        """The logical plan and the engine's view tree."""
-        return self.plan.describe() + "\n" + self.maintainer.explain()
+        """The logical plan and the engine's view tree (each subquery's after)."""
+        out = self.plan.describe() + "\n" + self.maintainer.explain()
+        for view in self.subviews:
+            out += f"\n-- subquery view {view.name}:\n" + view.maintainer.explain()
+        return out
 
     def __repr__(self) -> str:
         return f"View({self.name!r}, strategy={self.strategy!r}, columns={list(self.columns)})"
@@ -242,6 +362,29 @@ class View:
     def batches(self, changes: Mapping[str, tuple[Mapping[str, np.ndarray], np.ndarray]]) -> list:
         """Per alias over a changed table, its rows of the change (engine batches)."""
         return item_batches(self._by_table, changes, f"view {self.name!r}")
+
+    def _apply(self, changes: Mapping[str, tuple[Mapping[str, np.ndarray], np.ndarray]]) -> list:
+        """Feed typed table changes to the views of the subqueries and to this one's
+        engine; the ``(maintainer, batches)`` applied (all undone if one fails)."""
+        applied: list = []
+        self._delta = None
+        try:
+            for view in self.subviews:
+                applied.extend(view._apply(changes))
+            batches = self.batches(changes)
+            if batches:
+                self._delta = self.maintainer.apply(batches)
+                applied.append((self.maintainer, batches))
+        except RingmlError:
+            _undo(applied)
+            raise
+        return applied
+
+
+def _undo(applied: list) -> None:
+    """Take back applied engine batches (their inverses, in reverse order)."""
+    for maintainer, batches in reversed(applied):
+        maintainer.apply([UpdateBatch(b.relation, b.rows, -b.signs()) for b in reversed(batches)])
 
 
 def item_batches(
@@ -402,9 +545,7 @@ class Database:
             store = self._tables[table]
             if len(store):
                 load[table] = store.distinct()
-        batches = view.batches(load)
-        if batches:
-            view.maintainer.apply(batches)
+        view._apply(load)
         self._views[name] = view
         return view
 
@@ -465,30 +606,24 @@ class Database:
         touched = [v for v in self._views.values() if set(v.plan.tables) & set(typed)]
         # a LIMIT/OFFSET view's diff needs its whole result before (other groups move in)
         before = {v.name: v.to_pandas() for v in touched if v._subscribers and v.windowed}
-        applied: list[tuple[View, list, object]] = []
+        applied: list = []
         try:
             for view in touched:
-                engine_batches = view.batches(typed)
-                if engine_batches:
-                    delta = view.maintainer.apply(engine_batches)
-                    applied.append((view, engine_batches, delta))
+                applied.extend(view._apply(typed))
         except RingmlError as error:
-            for view, engine_batches, _ in reversed(applied):  # undo: the inverse batches
-                view.maintainer.apply(
-                    [UpdateBatch(b.relation, b.rows, -b.signs()) for b in reversed(engine_batches)]
-                )
+            _undo(applied)
             if isinstance(error, BatchError):
                 raise
             raise BatchError(str(error)) from error
         for table, change in changes.items():
             self._tables[table].commit(change)
-        for view, _, delta in applied:
+        for view in touched:
             if not view._subscribers:
                 continue
             if view.windowed:
                 diff = row_changes(before[view.name], view.to_pandas())
             else:
-                diff = view.diff(delta)
+                diff = view.diff(view._delta)
             if len(diff):
                 for subscription in list(view._subscribers):
                     subscription.callback(diff)
@@ -517,9 +652,7 @@ class Database:
             else:
                 contents[table] = self._tables[table].distinct()
         once = View("query", plan, "recompute")
-        batches = once.batches(contents)
-        if batches:
-            once.maintainer.apply(batches)
+        once._apply(contents)
         return once.to_pandas()
 
 
