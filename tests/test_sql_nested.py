@@ -141,7 +141,7 @@ SUBQUERIES = {
         [],
     ),
 }
-STRATEGIES = ("fivm", "first_order", "recompute")
+STRATEGIES = ("fivm", "first_order", "recompute", "higher_order")
 
 
 def check(databases, views, tables, what):
