@@ -550,6 +550,7 @@ class _JoinModel(_Atomic, BaseEstimator, ABC):
         return self._atomic(self._advance, time)
 
     def _advance(self, time):
+        self.maintainer_ = self.stream_.targets[0]
         self.stream_.advance_watermark(time)
         self._refresh()
         return self
@@ -587,12 +588,13 @@ class _JoinModel(_Atomic, BaseEstimator, ABC):
         if feed is not None:  # a SQL join: base-table rows -> the rows of its FROM items
             updates, changes = feed.prepare(updates)
         updates = self._prepare(updates)
+        stream = getattr(self, "stream_", None)
+        if stream is not None:  # follow the stream (a checkpoint restore replaces its targets)
+            self.maintainer_ = stream.targets[0]
         if updates:
             # the Maintainer (and the windowed stream) is atomic itself; a rejected batch
             # changes no view
-            stream = getattr(self, "stream_", None)
-            target = self.maintainer_ if stream is None else stream
-            target.apply(updates)
+            (self.maintainer_ if stream is None else stream).apply(updates)
         if changes:
             feed.commit(changes)
         self._refresh()

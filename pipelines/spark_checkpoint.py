@@ -337,7 +337,7 @@ class StateCheckpoint:
                     f"(want {_FORMAT}); start from a fresh state folder"
                 )
             where = f"the state in {self.directory}"
-            maintainer = restore_state(record["maintainer"], like, where)
+            maintainer = self._restore(record["maintainer"], like, where)
             batch_id, meta = int(record["batch_id"]), dict(record.get("meta") or {})
         replayed = []
         for log_id in self._log_ids():
@@ -383,7 +383,7 @@ class StateCheckpoint:
             "format": _FORMAT,
             "batch_id": int(batch_id),
             "meta": dict(meta or {}),
-            "maintainer": snapshot_state(maintainer),
+            "maintainer": self._snapshot(maintainer),
         }
         atomic_write(self.state_path, pickle.dumps(record, protocol=5))
         self._since_snapshot = 0
@@ -391,6 +391,14 @@ class StateCheckpoint:
             if log_id <= batch_id:
                 with contextlib.suppress(OSError):
                     os.unlink(self._log_path(log_id))
+
+    def _snapshot(self, target: Any) -> bytes:
+        """The snapshot bytes of ``target`` (a subclass may store other kinds of state)."""
+        return snapshot_state(target)
+
+    def _restore(self, data: bytes, like: Any, where: str) -> Any:
+        """Inverse of :meth:`_snapshot`."""
+        return restore_state(data, like, where)
 
     def _log_path(self, batch_id: int) -> str:
         return os.path.join(self.directory, _LOG_DIR, f"{int(batch_id):012d}.pkl")

@@ -413,6 +413,7 @@ class StreamingMaintainer:
     """
 
     _database_target = False  # StreamingViews feeds a ringml.sql.Database
+    _checkpoint_class = StateCheckpoint  # how the state is saved with its batch id
 
     def __init__(
         self,
@@ -446,7 +447,7 @@ class StreamingMaintainer:
         elif state_dir is None:
             raise ValueError("state_dir is required (the maintainer's checkpoint folder)")
         else:
-            self.checkpoint = StateCheckpoint(state_dir, snapshot_every)
+            self.checkpoint = self._checkpoint_class(state_dir, snapshot_every)
         self.maintainer = maintainer
         self.last_batch_id = -1
         self.meta: dict[str, Any] = {}
@@ -540,7 +541,10 @@ class StreamingMaintainer:
         self._feeds = feeds
         self._spark_checkpoint = os.fspath(checkpoint_location)
         self._check_spark_checkpoint()
-        frames = [read_change_feed(spark, feed, i) for i, feed in enumerate(feeds)]
+        frames = [
+            self._feed_frame(read_change_feed(spark, feed, i), feed, i)
+            for i, feed in enumerate(feeds)
+        ]
         stream = frames[0]
         for frame in frames[1:]:
             stream = stream.unionByName(frame, allowMissingColumns=True)
@@ -552,6 +556,11 @@ class StreamingMaintainer:
         if query_name:
             writer = writer.queryName(query_name)
         return writer.start()
+
+    def _feed_frame(self, frame, feed: ChangeFeed, index: int):
+        """The streaming DataFrame of feed ``index`` before the union (a subclass may add
+        e.g. an event-time watermark)."""
+        return frame
 
     def _check_feeds(self, feeds: Sequence[ChangeFeed]) -> None:
         relations = self._relations()
