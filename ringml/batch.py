@@ -261,17 +261,21 @@ class TupleCounts:
 
     Tuples are keyed by their 64-bit fingerprint, held as sorted runs (16 bytes per distinct
     tuple, no hash table): a main run of fingerprints with their non-zero counts, and the
-    changes recorded since, merged into one small sorted run.  Inserts cannot make a tuple
-    absent, so changes are only recorded; a batch with deletes looks up just its deleted
-    tuples (binary searches in both runs).  The recorded run is merged into the main one
-    once it has ``_FLUSH_AT`` entries and a quarter of the main run's (amortized linear).
+    changes recorded since as a few smaller sorted runs of (fingerprint, summed change).
+    Inserts cannot make a tuple absent, so changes are only recorded; a batch with deletes
+    sorts the changes recorded since the last one into a run and looks up just its deleted
+    tuples (binary searches in every run).  A new run is merged with the previous one while
+    that is at most twice its size (the runs' sizes fall geometrically: a change is merged
+    O(log) times and a lookup searches O(log) runs), and the runs are merged into the main
+    one once they hold ``_FLUSH_AT`` entries and a quarter of the main run's (amortized
+    linear).
     """
 
     def __init__(self, width: int) -> None:
         self.ids = np.zeros(0, dtype=np.int64)  # sorted, distinct
         self.counts = np.zeros(0, dtype=np.int64)  # non-zero
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []
-        self._merged: tuple[np.ndarray, np.ndarray] | None = None
+        self._runs: list[tuple[np.ndarray, np.ndarray]] = []  # sorted, distinct, shrinking
 
     def __setstate__(self, state: dict) -> None:
         index = state.pop("index", None)
@@ -280,7 +284,8 @@ class TupleCounts:
             ids, counts = index.keys[slots, 0], state["counts"][slots]
             order = np.argsort(ids)
             state["ids"], state["counts"] = ids[order], counts[order]
-        state.setdefault("_merged", None)
+        merged = state.pop("_merged", None)  # pickled with one run of recorded changes
+        state.setdefault("_runs", [] if merged is None else [merged])
         self.__dict__.update(state)
 
     @staticmethod
@@ -302,32 +307,32 @@ class TupleCounts:
 
     def current(self, unique: np.ndarray) -> np.ndarray:
         """Stored multiplicity of each fingerprint (0 when absent; ``unique``: sorted, distinct)."""
-        merged = self._merge_pending()
-        if merged is not None and merged[0].size >= max(_FLUSH_AT, self.ids.size // 4):
+        self._settle()
+        if sum(run[0].size for run in self._runs) >= max(_FLUSH_AT, self.ids.size // 4):
             self._flush()
-            merged = None
         found = _counts_of(self.ids, self.counts, unique)
-        if merged is not None and merged[0].size:
-            found += _counts_of(*merged, unique)
+        for run in self._runs:
+            found += _counts_of(*run, unique)
         return found
 
-    def _merge_pending(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The recorded changes not in the main run yet, as sorted distinct fingerprints and
-        their summed changes (the earlier merge is one sorted run: the stable sort merges
-        the new changes into it in linear time)."""
+    def _settle(self) -> None:
+        """The changes recorded since the last lookup as one more sorted run, merged with
+        the previous runs while they are at most twice its size."""
         if not self._pending:
-            return self._merged
-        parts = ([self._merged] if self._merged is not None else []) + self._pending
+            return
+        self._runs.append(_sum_runs(self._pending))
         self._pending.clear()
-        self._merged = _sum_runs(parts)
-        return self._merged
+        runs = self._runs
+        while len(runs) > 1 and runs[-2][0].size <= 2 * runs[-1][0].size:
+            last = runs.pop()
+            runs[-1] = _sum_runs([runs[-1], last])  # two sorted runs: a linear merge
 
     def _flush(self) -> None:
         """Merge the recorded changes into the main run; drop the tuples whose count is 0."""
-        merged = self._merge_pending()
-        self._merged = None
-        if merged is not None:
-            ids, counts = _sum_runs([(self.ids, self.counts), merged])
+        self._settle()
+        if self._runs:
+            ids, counts = _sum_runs([(self.ids, self.counts), *self._runs])
+            self._runs = []
             live = counts != 0
             self.ids, self.counts = ids[live], counts[live]
 
