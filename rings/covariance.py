@@ -1430,13 +1430,17 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         starts = np.flatnonzero(np.concatenate(([True], groups[1:] != groups[:-1])))
         keys = groups[starts]
         if weights is None:
-            out.count[keys] = np.diff(np.append(starts, n))
+            count = np.diff(starts, append=n)
         else:
-            out.count[keys] = np.add.reduceat(weights, starts)
+            count = np.add.reduceat(weights, starts)
         if starts.size < n < 2 * starts.size:  # mostly one row per group (shuffled rows)
-            out.sums[keys] = _segment_sums_rows(x, starts)
-            out.products[keys] = _segment_sums_rows(products, starts)
+            sums = _segment_sums_rows(x, starts)
+            products = _segment_sums_rows(products, starts)
+            if keys.size == n_groups:  # every group has rows: the sums are the batch
+                return self._batch(block, count, sums, products)
+            out.count[keys], out.sums[keys], out.products[keys] = count, sums, products
             return out
+        out.count[keys] = count
         if starts.size < n:
             x = np.add.reduceat(x, starts, axis=1)
             products = np.add.reduceat(products, starts, axis=1)
