@@ -215,7 +215,8 @@ class StreamTable:
 
 class _Clock:
     """Event times as numbers: float64 for numeric columns, int64 nanoseconds for datetimes
-    (fixed by the first batch); durations converted to the same scale."""
+    (fixed by the first batch); durations and time points on the same scale (Python ints
+    for datetimes, so partition ids and the watermark are exact)."""
 
     def __init__(self) -> None:
         self.kind: str | None = None  # "number" or "datetime"
@@ -264,27 +265,30 @@ class _Clock:
             self.kind = self.kind or kind
         return out
 
-    def span(self, duration: float | pd.Timedelta, what: str) -> float:
+    def span(self, duration: float | pd.Timedelta, what: str) -> float | int:
         """``duration`` on this clock's scale."""
         if self.kind == "datetime":
             if not isinstance(duration, pd.Timedelta):
                 if duration == 0:
-                    return 0.0
+                    return 0
                 raise InputTypeError(
                     f"{what} is {duration!r}, a plain number, but the event times are "
                     "datetimes: give a duration such as '1 MINUTE'"
                 )
-            return float(duration.value)
+            return int(duration.value)
         if isinstance(duration, pd.Timedelta):
             return duration.total_seconds()
         return float(duration)
 
-    def point(self, value: Any, what: str) -> float:
+    def point(self, value: Any, what: str) -> float | int:
         """A time point (watermark, origin) on this clock's scale."""
         if self.kind == "datetime":
             if isinstance(value, int | float | np.number) and float(value) == 0.0:
-                return 0.0  # the default origin: the epoch
-            return float(pd.Timestamp(value).tz_localize(None).value)
+                return 0  # the default origin: the epoch
+            stamp = pd.Timestamp(value)
+            if stamp.tz is not None:
+                stamp = stamp.tz_convert("UTC").tz_localize(None)
+            return int(stamp.value)
         if isinstance(value, pd.Timestamp | np.datetime64) or isinstance(value, str):
             raise InputTypeError(f"{what} {value!r} is a datetime, but event times are numbers")
         return float(value)
@@ -294,6 +298,13 @@ class _Clock:
         if self.kind == "datetime" and np.isfinite(value):
             return pd.Timestamp(int(value))
         return value
+
+
+def _floor_div(a: float | int, b: float | int) -> int:
+    """``floor(a / b)``, exact for Python ints (datetime clocks)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    return int(np.floor(a / b))
 
 
 def _relations(target: Any) -> dict[str, list[str] | None]:
@@ -590,9 +601,11 @@ class WindowedStream:
     def _parts(self, spec: StreamTable, times: np.ndarray) -> np.ndarray:
         width = self._clock.span(spec.partition, "the partition width")
         origin = self._clock.point(spec.origin, "the origin")
+        if isinstance(width, int) and isinstance(origin, int):  # nanoseconds: exact
+            return (times - origin) // width
         return np.floor((times - origin) / width).astype(np.int64)
 
-    def _expired_through(self, table: str, watermark: float) -> float:
+    def _expired_through(self, table: str, watermark: float | int) -> float | int:
         """The largest partition id a RANGE window has expired at ``watermark`` (partition
         ``k`` is live while ``origin + (k + 1) * width + length > watermark``); -inf when
         nothing expires."""
@@ -601,7 +614,7 @@ class WindowedStream:
             return -np.inf
         origin, width = self._geometry(table)
         length = self._clock.span(window.length, f"the window of {table!r}")
-        return float(np.floor((watermark - length - origin) / width) - 1)
+        return _floor_div(watermark - length - origin, width) - 1
 
     def _live(self, table: str, k: np.ndarray | int, watermark: float) -> Any:
         """Whether partitions ``k`` of ``table`` are inside its window at ``watermark``."""
@@ -612,12 +625,12 @@ class WindowedStream:
             return k > self._expired_through(table, watermark)
         return np.ones_like(k, dtype=bool) if isinstance(k, np.ndarray) else True
 
-    def _complete_through(self, table: str, watermark: float) -> float:
+    def _complete_through(self, table: str, watermark: float | int) -> float | int:
         """The largest partition id whose end is at or behind ``watermark``."""
         if not np.isfinite(watermark):
             return -np.inf
         origin, width = self._geometry(table)
-        return float(np.floor((watermark - origin) / width) - 1)
+        return _floor_div(watermark - origin, width) - 1
 
     def _run(self, batches: list[UpdateBatch], explicit: float | None) -> Any:
         kind = self._clock.kind  # a rejected first batch does not fix the kind of time
@@ -698,7 +711,7 @@ class WindowedStream:
         for pieces in accepted.values():
             for times, _ in pieces:
                 if len(times):
-                    newest = max(newest, float(times.max()))
+                    newest = max(newest, times.max().item())
         watermark = self._watermark
         if np.isfinite(newest):
             watermark = max(watermark, newest - self._clock.span(self.lateness, "the lateness"))

@@ -896,3 +896,18 @@ def test_a_rejected_first_batch_does_not_fix_the_kind_of_event_time():
         stream.insert("S", pd.DataFrame(bad).astype({"loss": object}))
     stream.insert("S", {"ts": [1.0], "src": ["a"], "loss": [2.0]})  # numbers are fine now
     assert as_plain(view.result()) == {("a",): (2.0, 1)}
+
+
+def test_datetime_partitions_and_watermarks_are_exact_to_the_nanosecond():
+    view = Maintainer(sum_count_query())
+    stream = WindowedStream(view, {"S": StreamTable("ts", "1ms", "RANGE 2ms")}, lateness="1ms")
+    base = pd.Timestamp("2026-03-01 12:00:00")
+    times = [base + pd.Timedelta(microseconds=1000 * k + d) for k in range(1, 6) for d in (0, 999)]
+    stream.insert("S", {"ts": times[:2], "src": ["a", "a"], "loss": [1.0, 1.0]})
+    ids = stream.partition_of("S", pd.Series(times))
+    want = [(t.value // 1_000_000) for t in times]  # integer floor division of nanoseconds
+    assert ids.tolist() == want
+    # a watermark given with a time zone is read in UTC
+    stream.advance_watermark(pd.Timestamp("2026-03-01 13:00:00.004", tz="Europe/Paris"))
+    assert stream.watermark == base + pd.Timedelta(milliseconds=4)
+    assert view.result() == {}  # partition of +1 ms ended at +2 ms; +2 + 2 <= +4: expired
