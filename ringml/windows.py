@@ -484,6 +484,8 @@ class WindowedStream:
                 )
         self.late = late
         self.lateness = parse_duration(lateness)
+        if (self.lateness.value if isinstance(self.lateness, pd.Timedelta) else self.lateness) < 0:
+            raise InputTypeError(f"the lateness cannot be negative, got {lateness!r}")
         self._clock = _Clock()
         self._buffers = {name: _Partitions() for name in tables}
         self._watermark = -np.inf
@@ -586,6 +588,13 @@ class WindowedStream:
         return self._run(list(batches), None)
 
     # ---------------------------------------------------------------- internals
+    def _refreshed(self, relation: str) -> list[dict[str, list[str] | None]]:
+        """The targets' relations, read again when ``relation`` is not among them (a table
+        created in a target database after the stream)."""
+        if not any(relation in c for c in self._columns):
+            self._columns = [_relations(t) for t in self.targets]
+        return self._columns
+
     def _spec(self, table: str) -> StreamTable:
         if table not in self.tables:
             raise SchemaError(
@@ -699,7 +708,7 @@ class WindowedStream:
                     f"{self.tables[batch.relation].source!r}",
                     batch.relation,
                 )
-            elif not any(batch.relation in c for c in self._columns):
+            elif not any(batch.relation in c for c in self._refreshed(batch.relation)):
                 raise BatchError(
                     f"relation {batch.relation!r} is neither a stream table nor a relation of "
                     "the targets",
