@@ -866,11 +866,11 @@ class MinMaxView:
         """Apply update batches of :attr:`relation` atomically (all or none)."""
         if isinstance(batches, UpdateBatch):
             batches = [batches]
-        staged_kinds = dict(self._kinds)
         group_parts, sign_parts = [], []
         value_parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {
             v: [] for v in self.values
         }
+        kinds: dict[str, set[str]] = {v: set() for v in self.values}
         for batch in batches:
             if batch.relation != self.relation:
                 raise BatchError(
@@ -890,10 +890,12 @@ class MinMaxView:
             group_parts.append(groups)
             sign_parts.append(signs)
             for v in self.values:
-                bits, present = self._value_bits(frame[v], v, staged_kinds)
-                value_parts[v].append((groups[present], bits[present], signs[present]))
+                data, present, kind = self._value_data(frame[v], v)
+                kinds[v].add(kind)
+                value_parts[v].append((groups[present], data[present], signs[present]))
         if not group_parts:
             return
+        staged = {v: self._kind_of(v, kinds[v]) for v in self.values}
         rows = self._merge(
             self._rows_keys,
             self._rows,
@@ -904,11 +906,14 @@ class MinMaxView:
         merged = {}
         for v in self.values:
             groups = np.concatenate([g for g, _, _ in value_parts[v]])
-            bits = np.concatenate([b for _, b, _ in value_parts[v]])
+            data = np.concatenate([d for _, d, _ in value_parts[v]])
             signs = np.concatenate([s for _, _, s in value_parts[v]])
-            keys = self._join(groups, bits)
-            merged[v] = self._merge(self._keys[v], self._counts[v], keys, signs, v)
-        self._kinds = staged_kinds
+            keys = self._join(groups, _sortable(data, "float" if staged[v] == "float" else "int"))
+            old_keys, old_counts = self._keys[v], self._counts[v]
+            if staged[v] == "float" and self._kinds.get(v) == "int":
+                old_keys, old_counts = self._as_floats(old_keys, old_counts)
+            merged[v] = self._merge(old_keys, old_counts, keys, signs, v)
+        self._kinds = {**self._kinds, **staged}
         self._rows_keys, self._rows = rows
         for v, (keys, counts) in merged.items():
             self._keys[v], self._counts[v] = keys, counts
@@ -922,14 +927,15 @@ class MinMaxView:
             codes[:, j] = self._codes[c].encode(frame[c].to_numpy())
         return np.ascontiguousarray(codes).view(self._rows_keys.dtype).ravel()
 
-    def _value_bits(self, column: pd.Series, name: str, kinds: dict[str, str]):
-        """Order-preserving uint64 keys of a value column and which rows are not NULL."""
+    def _value_data(self, column: pd.Series, name: str) -> tuple[np.ndarray, np.ndarray, str]:
+        """A value column's numbers (int64 or float64), which rows are not NULL, and the
+        kind: ``int``, ``float`` or ``datetime``."""
         present = column.notna().to_numpy()
         if pd.api.types.is_datetime64_any_dtype(column):
-            kind, data = "datetime", column.to_numpy("datetime64[ns]").view(np.int64)
-        elif column.dtype.kind in "iu":
-            kind, data = "int", column.to_numpy()
-        elif column.dtype.kind == "f" or column.dtype == object:
+            return column.to_numpy("datetime64[ns]").view(np.int64), present, "datetime"
+        if column.dtype.kind in "iu":
+            return column.to_numpy().astype(np.int64, copy=False), present, "int"
+        if column.dtype.kind == "f" or column.dtype == object:
             numbers = pd.to_numeric(column, errors="coerce").to_numpy(np.float64)
             bad = present & ~np.isfinite(numbers)
             if bad.any():
@@ -941,28 +947,40 @@ class MinMaxView:
                     name,
                     value,
                 )
-            integral = present.all() and np.all(numbers == np.round(numbers))
-            kind = "int" if kinds.get(name) == "int" and integral else "float"
-            data = np.where(present, numbers, 0.0)
-        else:
-            raise BatchError(
-                f"{self.name}: relation {self.relation!r}, column {name!r} holds "
-                f"{column.dtype} values; MIN/MAX take numbers or datetimes",
-                self.relation,
-                name,
-            )
-        known = kinds.setdefault(name, kind)
-        if known != kind:
-            if {known, kind} == {"int", "float"} and known == "float":
-                kind = "float"
-            else:
-                raise BatchError(
-                    f"{self.name}: relation {self.relation!r}, column {name!r}: {kind} "
-                    f"values in a column of {known} values",
-                    self.relation,
-                    name,
-                )
-        return _sortable(data, "float" if kind == "float" else "int"), present
+            return np.where(present, numbers, 0.0), present, "float"
+        raise BatchError(
+            f"{self.name}: relation {self.relation!r}, column {name!r} holds {column.dtype} "
+            "values; MIN/MAX take numbers or datetimes",
+            self.relation,
+            name,
+        )
+
+    def _kind_of(self, name: str, seen: set[str]) -> str:
+        """The kind of a value column after a batch: integers turn float with the first
+        float (the stored values are converted), datetimes do not mix with numbers."""
+        kinds = seen | ({self._kinds[name]} if name in self._kinds else set())
+        if len(kinds) == 1:
+            return next(iter(kinds))
+        if kinds == {"int", "float"}:
+            return "float"
+        raise BatchError(
+            f"{self.name}: relation {self.relation!r}, column {name!r} mixes datetimes and numbers",
+            self.relation,
+            name,
+        )
+
+    def _as_floats(self, keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Integer-valued keys re-encoded as floats (order kept; integers beyond 2**53 that
+        meet on one float are merged)."""
+        if not len(keys):
+            return keys, counts
+        g = len(self.by)
+        words = keys.view(">u8").reshape(len(keys), g + 1).copy()
+        numbers = _unsortable(words[:, g].astype(np.uint64), "int").astype(np.float64)
+        words[:, g] = _sortable(numbers, "float")
+        floats = np.ascontiguousarray(words).view(self._dtype).ravel()
+        unique, inverse = np.unique(floats, return_inverse=True)
+        return unique, np.bincount(inverse.ravel(), weights=counts).astype(np.int64)
 
     def _join(self, groups: np.ndarray, bits: np.ndarray) -> np.ndarray:
         n, g = len(groups), len(self.by)
@@ -1014,7 +1032,7 @@ class MinMaxView:
         column ``min_<v>`` / ``max_<v>`` (NaN or NaT where the group has only NULLs)."""
         g = len(self.by)
         n = len(self._rows_keys)
-        groups = self._rows_keys.view(">u8").reshape(n, max(g, 1)) if n else None
+        groups = self._rows_keys.view(">u8").reshape(n, g) if n and g else None
         out: dict[str, Any] = {}
         for j, c in enumerate(self.by):
             out[c] = self._codes[c].decode(groups[:, j].astype(np.int64)) if n else []
@@ -1028,7 +1046,7 @@ class MinMaxView:
         """Per group (in :attr:`_rows_keys` order) the MIN and MAX of ``v``."""
         keys, g, n = self._keys[v], len(self.by), len(self._rows_keys)
         kind = self._kinds.get(v, "float")
-        empty = np.full(n, np.nan) if kind != "datetime" else np.full(n, np.datetime64("NaT"))
+        empty = np.full(n, np.nan) if kind != "datetime" else np.full(n, np.datetime64("NaT", "ns"))
         low, high = empty.copy(), empty.copy()
         if not len(keys):
             return low, high

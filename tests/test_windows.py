@@ -563,6 +563,30 @@ def test_minmax_view_equals_pandas_under_random_inserts_and_deletes():
         view.apply(UpdateBatch.deletes("R", {"g": ["p"], "h": [0], "x": [99], "y": [0.0]}))
 
 
+def test_minmax_view_without_groups_nulls_datetimes_and_integers_turning_float():
+    view = MinMaxView("R", values=["x", "when"])
+    day = pd.Timestamp("2026-01-01")
+    first = pd.DataFrame({"x": [3, 1, 7], "when": [day, day + pd.Timedelta("1D"), pd.NaT]})
+    view.apply(UpdateBatch.inserts("R", first))
+    got = view.result().iloc[0]
+    assert (got["count"], got["min_x"], got["max_x"]) == (3, 1, 7)
+    assert (got["min_when"], got["max_when"]) == (day, day + pd.Timedelta("1D"))
+    # a float arrives in the integer column: the stored integers are read as floats
+    second = pd.DataFrame({"x": [7.5, np.nan], "when": [day, day]})
+    view.apply(UpdateBatch.inserts("R", second))
+    view.apply(UpdateBatch.deletes("R", first.iloc[[2]]))  # (7, NaT) leaves
+    got = view.result().iloc[0]
+    assert (got["count"], got["min_x"], got["max_x"]) == (4, 1.0, 7.5)
+    view.apply(UpdateBatch.deletes("R", pd.DataFrame({"x": [7.5, 1.0], "when": [day, day]})))
+    got = view.result().iloc[0]
+    assert (got["count"], got["min_x"], got["max_x"]) == (2, 3.0, 3.0)  # NaN is no value
+    with pytest.raises(BatchError, match="mixes datetimes and numbers"):
+        view.apply(UpdateBatch.inserts("R", pd.DataFrame({"x": [1], "when": [5.0]})))
+    with pytest.raises(BatchError, match="is not a finite number"):
+        view.apply(UpdateBatch.inserts("R", pd.DataFrame({"x": ["a"], "when": [day]})))
+    assert view.result().iloc[0]["count"] == 2
+
+
 def test_windowed_max_min_equal_recomputation_and_viewdf_t3():
     # T3: W = 2, S[1] = {3, 8}, S[2] = {5}, S[3] = {2, 4}, S[4] = {1}: MAX 8, 5, 4
     extremes = MinMaxView("S", values=["loss"], by=["src"])
