@@ -245,8 +245,15 @@ def higher_order_plan(
     own, deduplicated by atoms and keys (``Δ_R Δ_S Q = Δ_S Δ_R Q``).  A delta over no atoms
     is the constant 1 (no view: δR is lifted and summed alone).  The root is stored, and
     recursively every piece a stored view's delta for an updatable relation needs; the
-    pieces only static relations' deltas need are kept while loading only.  Natural joins
-    have no input variables: every delta view is finitely supported.
+    pieces only static relations' deltas need are kept while loading only.
+
+    Input variables (DBToaster §3.3, a delta variable nothing range-restricts) cannot arise:
+    the query is a natural join, so every delta view is a join-aggregate of stored relations
+    over their own variables, finitely supported.  Conditions across relations (``a.price >
+    b.price``, correlated subqueries) reach the engine as join queries grouped by the
+    columns they compare (the SQL layer's hidden keys), so a delta view is kept
+    pre-aggregated on those columns and the condition is evaluated when the result is read:
+    DBToaster's rule 3 (partial materialization) without an input variable in any view.
     """
     lifted = frozenset(lifted)
     atoms = list(query.atoms)

@@ -218,3 +218,18 @@ def test_sql_view_of_broker_variance_follows_the_finance_trace():
         getattr(db, method)("bids", pd.DataFrame([row], columns=columns))
         got = view.to_pandas()
         assert dict(zip(got.broker_id, got.v, strict=True)) == pytest.approx(expected)
+
+
+def test_a_pickled_maintainer_goes_on_as_the_original():
+    import pickle
+
+    query = Query({"R": ["A", "B"], "S": ["B", "C"]}, IntegerRing(["C"]), free=["A"])
+    m = Maintainer(query, strategy="higher_order")
+    m.insert("R", pd.DataFrame({"A": [1, 2], "B": [1, 1]}))
+    m.insert("S", pd.DataFrame({"B": [1, 1], "C": [3, 4]}))
+    copy = pickle.loads(pickle.dumps(m))
+    for mm in (m, copy):
+        mm.delete("S", pd.DataFrame({"B": [1], "C": [3]}))
+        mm.insert("R", pd.DataFrame({"A": [3], "B": [1]}))
+    assert m.result() == copy.result() == {(1,): 4, (2,): 4, (3,): 4}
+    assert m.description()["strategy"] == "higher_order"
