@@ -33,6 +33,7 @@ from test_sql_streams import (
 )
 
 from ringml import BatchError, UpdateBatch
+from ringml.maintainer import STRATEGIES
 from ringml.sql import Database
 from ringml.sql.dbtoaster_queries import gmr_sql
 
@@ -141,7 +142,46 @@ SUBQUERIES = {
         [],
     ),
 }
-STRATEGIES = ("fivm", "first_order", "recompute", "higher_order")
+
+#: aggregate derived tables and CTEs; subqueries in SELECT and HAVING
+DERIVED = {
+    "derived_join": (
+        "SELECT d.b, d.s, S.c FROM (SELECT b, SUM(x) AS s, COUNT(*) AS n FROM R GROUP BY b) d "
+        "JOIN S ON d.b = S.b WHERE d.n > 1",
+        [],
+    ),
+    "cte_aggregate": (
+        "WITH per_a AS (SELECT a, COUNT(*) AS n, MAX(x) AS m FROM R GROUP BY a) "
+        "SELECT SUM(n * m) AS s, COUNT(*) AS k FROM per_a",
+        [],
+    ),
+    "derived_distinct": (
+        "SELECT q.c, COUNT(*) AS n FROM (SELECT DISTINCT S.c, S.y FROM S) q GROUP BY q.c",
+        [],
+    ),
+    "derived_having": (
+        "SELECT COUNT(*) AS n FROM (SELECT src FROM E GROUP BY src HAVING COUNT(*) > 1) h, R "
+        "WHERE h.src = R.a",
+        [],
+    ),
+    "select_share": (
+        "SELECT a, COUNT(*) * 1.0 / (SELECT COUNT(*) FROM R) AS share FROM R GROUP BY a",
+        [],
+    ),
+    "select_correlated": (
+        "SELECT a, x, (SELECT COUNT(*) FROM S WHERE S.b = R.b) AS k FROM R",
+        [],
+    ),
+    "select_group_correlated": (
+        "SELECT S.c, COUNT(*) AS n, (SELECT SUM(T.z) FROM T WHERE T.c = S.c) AS tz "
+        "FROM S GROUP BY S.c",
+        [],
+    ),
+    "having_subquery": (
+        "SELECT a, SUM(x) AS s FROM R GROUP BY a HAVING SUM(x) > 0.3 * (SELECT SUM(x) FROM R)",
+        [],
+    ),
+}
 
 
 def check(databases, views, tables, what):
@@ -224,3 +264,9 @@ def test_inequality_joins_and_disjunctions_follow_duckdb(stream):
 @given(streams(max_rows=8, max_steps=6))
 def test_subqueries_follow_duckdb(stream):
     run_stream(SUBQUERIES, *stream)
+
+
+@settings(max_examples=8, **SETTINGS)
+@given(streams(max_rows=8, max_steps=6))
+def test_derived_tables_and_select_subqueries_follow_duckdb(stream):
+    run_stream(DERIVED, *stream)

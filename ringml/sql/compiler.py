@@ -127,6 +127,7 @@ class _Compiler(Binder):
         self.counter = 0
         self.residuals: list[tuple[Expr, Any]] = []  # WHERE conjuncts read after the engine
         self.subqueries: list[SubqueryPlan] = []
+        self.derived_tables: list[tuple[str, ViewPlan]] = []  # aggregate derived tables
 
     # ---------------------------------------------------------------- entry
     def compile(self, select: Any = None) -> ViewPlan:
@@ -151,7 +152,7 @@ class _Compiler(Binder):
             )
             for root in part
             if root is not None
-            for n in root.walk()
+            for n in _walk_here(e, root)
         )
         has_having = select.args.get("having") is not None  # HAVING alone aggregates too
         grouped = bool(group) or has_aggregates or distinct or has_having
@@ -215,6 +216,7 @@ class _Compiler(Binder):
             hidden=hidden,
             residual=residual,
             subqueries=tuple(self.subqueries),
+            derived=tuple(self.derived_tables),
         )
 
     def slots(self, ir: Expr) -> Expr:
@@ -267,9 +269,13 @@ class _Compiler(Binder):
                     )
                     or (isinstance(node, e.Select) and isinstance(parent, e.CTE))
                 )
-                if not in_from and not _inside(node, select.args.get("where"), select):
+                if not in_from and not any(
+                    _inside(node, clause, select)
+                    for clause in [select.args.get("where"), select.args.get("having")]
+                    + list(select.expressions)
+                ):
                     raise self.unsupported(
-                        "a subquery outside FROM and WHERE",
+                        "a subquery outside FROM, WHERE, SELECT and HAVING",
                         node,
                         "SELECT",
                         construct="subquery",
@@ -401,17 +407,12 @@ class _Compiler(Binder):
         self.atoms[alias] = _AtomState(table, node)
 
     def derived(self, body: Any, alias: str, prefix: str, renames: list[str], node) -> Item:
-        """A derived table or CTE without aggregates, inlined: its FROM items become atoms
-        named ``alias.inner``, its WHERE joins the view's, its SELECT list its columns."""
+        """A derived table or CTE.  Without aggregates it is inlined: its FROM items become
+        atoms named ``alias.inner``, its WHERE joins the view's, its SELECT list its
+        columns.  With GROUP BY (aggregates, HAVING) or DISTINCT it is a view of its own,
+        maintained by the same strategy, whose row changes feed one atom of this view."""
         e = self.exp
-        for key, label in (
-            ("group", "GROUP BY"),
-            ("having", "HAVING"),
-            ("order", "ORDER BY"),
-            ("limit", "LIMIT"),
-            ("offset", "OFFSET"),
-            ("distinct", "DISTINCT"),
-        ):
+        for key, label in (("order", "ORDER BY"), ("limit", "LIMIT"), ("offset", "OFFSET")):
             if body.args.get(key):
                 raise self.unsupported(
                     f"a derived table with {label}",
@@ -419,14 +420,19 @@ class _Compiler(Binder):
                     label.split()[0],
                     construct=f"derived table with {label}",
                 )
-        for n in body.walk():
-            if isinstance(n, e.AggFunc):
-                raise self.unsupported(
-                    "a derived table with aggregates",
-                    n,
-                    hint="aggregate in the outer query",
-                    construct="derived table with aggregates",
-                )
+        aggregate = next(
+            (n for x in body.expressions for n in _walk_here(e, x) if isinstance(n, e.AggFunc)),
+            None,
+        )
+        if body.args.get("group") or body.args.get("distinct") or body.args.get("having"):
+            return self.aggregate_table(body, alias, prefix, renames, node)
+        if aggregate is not None:
+            raise self.unsupported(
+                "a derived table with aggregates but no GROUP BY",
+                aggregate,
+                hint="group it, or aggregate in the outer query",
+                construct="derived table with aggregates but no GROUP BY",
+            )
         self.check_clauses(body)
         inner = self.from_clause(body, f"{prefix}{alias}.")
         self.where(body, inner)
@@ -435,6 +441,25 @@ class _Compiler(Binder):
             columns.setdefault(name, ir)
         if renames:
             columns = _rename(columns, renames, alias, self.pos(node))
+        return Item(alias, columns, node)
+
+    def aggregate_table(self, body: Any, alias: str, prefix: str, renames, node) -> Item:
+        plan = _Compiler(self.text, self.catalog).compile(body.copy())
+        table = f"#d{len(self.derived_tables)}"
+        self.derived_tables.append((table, plan))
+        engine_alias = prefix + alias
+        columns = {
+            o.name: Col(
+                engine_alias,
+                o.name,
+                "int" if o.expression.kind == "null" else o.expression.kind,
+                o.expression.nullable,
+            )
+            for o in plan.outputs
+        }
+        if renames:
+            columns = _rename(columns, renames, alias, self.pos(node))
+        self.register_atom(engine_alias, table, node)
         return Item(alias, columns, node)
 
     # ---------------------------------------------------------------- subqueries
@@ -866,6 +891,8 @@ class _Compiler(Binder):
             return Col("", f"#a{ir.index}", ir.type, ir.nulls)
         if isinstance(ir, Lit):
             return ir
+        if any(isinstance(n, SubqueryRef) for n in ir.walk()):  # read after the engine
+            return ir.map(lambda child: self.post(child, create, node))
         has_aggregate = any(isinstance(n, AggRef) for n in ir.walk())
         sources = ir.sources()
         if not has_aggregate and len(sources) == 1 and not ir.nullable:
@@ -1113,6 +1140,14 @@ def _ancestors(node: Any, stop: Any):
     while node is not None and node is not stop:
         yield node
         node = node.parent
+
+
+def _walk_here(e: Any, root: Any):
+    """The nodes of ``root`` outside its subqueries."""
+    yield root
+    for child in root.iter_expressions():
+        if not isinstance(child, (e.Subquery, e.Select, e.Exists)):
+            yield from _walk_here(e, child)
 
 
 def _reads_columns(e: Any, node: Any) -> bool:

@@ -147,12 +147,16 @@ class ViewPlan:
     hidden: tuple[str, ...] = ()
     residual: Expr | None = None
     subqueries: tuple[SubqueryPlan, ...] = ()
+    # aggregate derived tables: (internal table name, its plan); an atom reads its rows
+    derived: tuple[tuple[str, ViewPlan], ...] = ()
 
     @property
     def tables(self) -> tuple[str, ...]:
-        """The base tables the view reads (its subqueries' included), each once."""
-        own = [a.table for a in self.atoms]
-        return tuple(dict.fromkeys(own + [t for s in self.subqueries for t in s.plan.tables]))
+        """The base tables the view reads (its subqueries' and derived tables' included),
+        each once."""
+        own = [a.table for a in self.atoms if not a.table.startswith("#")]
+        inner = [s.plan for s in self.subqueries] + [p for _, p in self.derived]
+        return tuple(dict.fromkeys(own + [t for p in inner for t in p.tables]))
 
     @property
     def collapsed(self) -> bool:
@@ -187,6 +191,9 @@ class ViewPlan:
             lines.append(f"hidden keys (collapsed on read): {list(self.hidden)}")
         if self.residual is not None:
             lines.append(f"residual filter: {self.residual.sql()}")
+        for table, plan in self.derived:
+            lines.append(f"derived table {table}:")
+            lines.extend("    " + line for line in plan.describe().splitlines())
         for i, sub in enumerate(self.subqueries):
             lines.append(f"subquery #s{i}: {sub.describe()}")
             lines.extend("    " + line for line in sub.plan.describe().splitlines())

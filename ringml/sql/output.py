@@ -59,8 +59,9 @@ class _Env(dict):
         keys: Mapping[str, np.ndarray],
         components: Mapping[str, np.ndarray],
         n: int,
+        lookups: Mapping | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(lookups or {})
         self.plan, self.keys, self.components, self.n = plan, keys, components, n
         self._kinds = dict(plan.keys)
         self._aggregates = {a.slot: a for a in plan.aggregates}
@@ -104,11 +105,15 @@ class _Env(dict):
 
 
 def view_rows(
-    plan: ViewPlan, keys: Mapping[str, np.ndarray], components: Mapping[str, np.ndarray]
+    plan: ViewPlan,
+    keys: Mapping[str, np.ndarray],
+    components: Mapping[str, np.ndarray],
+    lookups: Mapping | None = None,
 ) -> pd.DataFrame:
     """The view's output rows from its groups (``keys``: per free variable its decoded
     values, a mapping that may decode on demand and offer ``take(rows)``; ``components``:
-    per ring component its values, aligned with the keys).
+    per ring component its values, aligned with the keys; ``lookups``: per subquery slot
+    ``#sI`` of SELECT and HAVING its lookup).
 
     With ORDER BY and LIMIT, the groups whose first ORDER BY key is among the
     OFFSET + LIMIT smallest (ties included: ``np.partition``) are kept before anything
@@ -120,7 +125,7 @@ def view_rows(
         components = {name: np.zeros(1, dtype=np.int64) for name in components}
     wanted = None if plan.limit is None else plan.offset + plan.limit
     if wanted is not None and plan.order and plan.grouped and n > 4 * wanted + 64:
-        chosen = _top_candidates(plan, _Env(plan, keys, components, n), n, wanted)
+        chosen = _top_candidates(plan, _Env(plan, keys, components, n, lookups), n, wanted)
         if chosen is not None:
             keys = (
                 keys.take(chosen)
@@ -129,7 +134,7 @@ def view_rows(
             )
             components = {name: values[chosen] for name, values in components.items()}
             n = chosen.size
-    env = _Env(plan, keys, components, n)
+    env = _Env(plan, keys, components, n, lookups)
     columns = {}
     for i, output in enumerate(plan.outputs):
         values, null = env[f"#o{i}"]

@@ -253,6 +253,8 @@ class View:
         self.subviews = [
             View(f"{name}#s{i}", sub.plan, strategy) for i, sub in enumerate(plan.subqueries)
         ]
+        # each aggregate derived table is a view whose row changes feed an atom of this one
+        self.derived = [(table, View(f"{name}{table}", p, strategy)) for table, p in plan.derived]
         self._delta = None  # the engine's change of the result in the last apply
 
     def __getstate__(self) -> dict:
@@ -286,19 +288,17 @@ class View:
         groups = self.maintainer.groups()
         parts = _parts(groups.payload)
         components = {c.name: p for c, p in zip(self.plan.components, parts, strict=True)}
+        lookups = {
+            f"#s{i}": subquery_lookup(sub, view.to_pandas())
+            for i, (sub, view) in enumerate(zip(self.plan.subqueries, self.subviews, strict=True))
+        }
         if self.plan.collapsed:
-            lookups = {
-                f"#s{i}": subquery_lookup(sub, view.to_pandas())
-                for i, (sub, view) in enumerate(
-                    zip(self.plan.subqueries, self.subviews, strict=True)
-                )
-            }
             keys, components = collapse(
                 self.plan, self.maintainer, groups.codes, components, lookups
             )
         else:
             keys = GroupKeys(self.maintainer, groups.free, groups.codes)
-        return view_rows(self.plan, keys, components)
+        return view_rows(self.plan, keys, components, lookups)
 
     def to_arrow(self):
         """The view's current rows as a ``pyarrow.Table`` (NULLs as nulls)."""
@@ -322,7 +322,8 @@ class View:
         """Whether the diff of a batch is the difference of the whole results before and
         after it: LIMIT/OFFSET cut the result (a change of one group moves others in), or
         engine groups collapse into output rows (MIN/MAX/DISTINCT, residual filters)."""
-        return self.plan.limit is not None or self.plan.offset > 0 or self.plan.collapsed
+        plan = self.plan
+        return plan.limit is not None or plan.offset > 0 or plan.collapsed or bool(plan.subqueries)
 
     def diff(self, delta) -> pd.DataFrame:
         """The output rows that left and came with an apply, from the engine's change of the
@@ -351,6 +352,8 @@ class View:
     def explain(self) -> str:
         """The logical plan and the engine's view tree (each subquery's after)."""
         out = self.plan.describe() + "\n" + self.maintainer.explain()
+        for _, view in self.derived:
+            out += f"\n-- derived table view {view.name}:\n" + view.maintainer.explain()
         for view in self.subviews:
             out += f"\n-- subquery view {view.name}:\n" + view.maintainer.explain()
         return out
@@ -371,7 +374,17 @@ class View:
         try:
             for view in self.subviews:
                 applied.extend(view._apply(changes))
-            batches = self.batches(changes)
+            derived = {}
+            for table, view in self.derived:
+                if not set(view.plan.tables) & set(changes):
+                    continue
+                before = view.to_pandas()
+                applied.extend(view._apply(changes))
+                diff = row_changes(before, view.to_pandas())
+                if len(diff):
+                    rows = {c: diff[c].to_numpy() for c in diff.columns[:-1]}
+                    derived[table] = (rows, diff[diff.columns[-1]].to_numpy(np.int64))
+            batches = self.batches({**changes, **derived})
             if batches:
                 self._delta = self.maintainer.apply(batches)
                 applied.append((self.maintainer, batches))
