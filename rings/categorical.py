@@ -433,14 +433,43 @@ def _sum_runs(key: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return key, value
 
 
+#: :func:`_scatter_rows` adds rows in rounds while no group has more rows than this.
+_SCATTER_ROUNDS = 8
+
+
 def _scatter_rows(x: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
-    """``out[g] = sum of x[i] with groups[i] == g`` for a 1-d or 2-d float array."""
+    """``out[g] = sum of x[i] with groups[i] == g`` for a 1-d or 2-d float array, summed in
+    row order from 0.0 (``np.bincount``'s order; bit for bit the same when most groups get
+    one row and their rows are added in rounds, one row per group and round)."""
     if x.ndim == 1:
         return np.bincount(groups, weights=x, minlength=n_groups).astype(np.float64, copy=False)
     d = x.shape[1]
     out = np.zeros((n_groups, d), dtype=np.float64)
-    if d == 0 or len(groups) == 0:
+    n = len(groups)
+    if d == 0 or n == 0:
         return out
+    if 2 * n_groups > n > 1:  # mostly one row per group (shuffled rows): rows, not cells
+        order = np.argsort(groups, kind="stable")
+        ordered = groups[order]
+        first = np.empty(n, dtype=bool)
+        first[0] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+        starts = np.flatnonzero(first)
+        lengths = np.diff(starts, append=n)
+        longest = int(lengths.max())
+        if longest <= _SCATTER_ROUNDS:
+            # each group's rows in row order, from 0.0 (so -0.0 turns 0.0): bincount's sums
+            sums = np.take(x, order[starts], axis=0)
+            sums += 0.0
+            more = np.flatnonzero(lengths > 1)
+            for r in range(1, longest):
+                more = more[lengths[more] > r]
+                sums[more] += np.take(x, order[starts[more] + r], axis=0)
+            keys = ordered[starts]
+            if keys.size == n_groups:  # every group has rows: keys are 0..n_groups-1
+                return sums
+            out[keys] = sums
+            return out
     flat = (groups[:, None] * d + np.arange(d, dtype=np.int64)).ravel()
     out.ravel()[:] = np.bincount(flat, weights=x.ravel(), minlength=n_groups * d)
     return out
@@ -710,7 +739,9 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
     def check_same_ring(self, other: Ring) -> None:
         super().check_same_ring(other)
         if other is not self and not np.array_equal(
-            self._shifts, other._shifts, equal_nan=True  # type: ignore[attr-defined]
+            self._shifts,
+            other._shifts,
+            equal_nan=True,  # type: ignore[attr-defined]
         ):
             raise RingError(
                 f"generalized covariance rings differ in their shifts: {self._shifts} vs "

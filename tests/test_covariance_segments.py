@@ -1,9 +1,12 @@
-"""Segment sums of the covariance ring's grouped lift: bit for bit ``np.add.reduceat``."""
+"""Grouped sums of shuffled rows (most groups one row) bit for bit as numpy sums them: the
+covariance ring's grouped lift (``np.add.reduceat``), the categorical ring's row scatter
+(``np.bincount``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from ringml.rings.categorical import _scatter_rows
 from ringml.rings.covariance import CovarianceRing, _segment_sums_rows
 
 
@@ -52,3 +55,22 @@ def test_grouped_lift_equals_lift_then_sum(distinct):
     for part, lifted in ((got.sums, x[order].T), (got.products, products)):
         expected = np.add.reduceat(np.ascontiguousarray(lifted), starts, axis=1).T
         assert np.array_equal(part.view(np.int64), expected.view(np.int64))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_categorical_scatter_rows_equal_bincount_bitwise(seed):
+    """The categorical ring's row scatter (rows added in rounds when most groups get one
+    row) gives the bits of bincount's in-order sums from 0.0, -0.0 turned 0.0 included."""
+    rng = np.random.default_rng(seed)
+    n_groups = int(rng.integers(1, 400))
+    n = int(rng.integers(1, 2 * n_groups + 2))
+    groups = rng.integers(0, n_groups, n)
+    if seed % 2:  # every group has rows
+        groups = rng.permutation(np.concatenate([np.arange(n_groups), groups]))
+    x = _values(rng, (groups.size, int(rng.integers(1, 12))))
+    d = x.shape[1]
+    flat = (groups[:, None] * d + np.arange(d)).ravel()
+    expected = np.bincount(flat, weights=x.ravel(), minlength=n_groups * d).reshape(-1, d)
+    got = _scatter_rows(x, groups, n_groups)
+    assert got.shape == expected.shape
+    assert np.array_equal(got.view(np.int64), expected.view(np.int64))
