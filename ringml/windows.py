@@ -539,7 +539,14 @@ class WindowedStream:
         return [k for k in self._buffers[table].ids if self._live(table, k, self._watermark)]
 
     def window_rows(self, table: str) -> pd.DataFrame:
-        """The rows of ``table`` inside its window now (what the targets hold)."""
+        """The rows of ``table`` inside its window now (what the targets hold).  An
+        UNBOUNDED window expires nothing, so the stream keeps none of its rows: read them
+        from the target."""
+        if self._spec(table).window.kind == "unbounded":
+            raise SchemaError(
+                f"stream table {table!r} has an UNBOUNDED window, whose rows the stream does "
+                "not keep (nothing expires); read them from the target"
+            )
         rows = self._buffers[table].rows(self.partitions(table))
         return rows.frame() if rows is not None else pd.DataFrame()
 
@@ -794,6 +801,8 @@ class WindowedStream:
 
     def _commit(self, plan: _Plan) -> None:
         for table, (parts, rows) in plan.inserts.items():
+            if self.tables[table].window.kind == "unbounded":
+                continue  # nothing will expire: no rows to keep
             live = self._live(table, parts, plan.watermark)
             if live.all():
                 self._buffers[table].add(parts, rows)
