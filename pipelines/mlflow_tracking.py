@@ -447,6 +447,7 @@ def draw_refresh_history(
     errors: Sequence[str] = ("holdout_rmse", "train_rmse"),
     max_columns: int = 8,
     title: str = "",
+    xlabel: str = "",
 ) -> None:
     """Plot coefficients (top) and error metrics (bottom) over the refreshes to a PNG.
 
@@ -456,7 +457,8 @@ def draw_refresh_history(
     ``max_columns`` largest in magnitude at the last refresh; each is multiplied by
     ``scales[name]`` when given (e.g. the feature's standard deviation, so that every line
     is in label units).  ``errors`` are the metrics of the bottom panel that some refresh
-    has.  Drawn on matplotlib's Agg canvas (no pyplot, no global backend).
+    has.  ``xlabel`` defaults to ``x``.  Drawn on matplotlib's Agg canvas (no pyplot, no
+    global backend).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -500,7 +502,7 @@ def draw_refresh_history(
     if shown:
         bottom.legend(fontsize=8, loc="best")
     bottom.set_ylabel("error")
-    bottom.set_xlabel(x or "refresh")
+    bottom.set_xlabel(xlabel or x or "refresh")
     fig.tight_layout()
     fig.savefig(path, format="png")
 
@@ -947,6 +949,7 @@ class RefreshLogger:
         standardize: bool = True,
         errors: Sequence[str] = ("holdout_rmse", "train_rmse"),
         title: str = "",
+        xlabel: str = "",
     ) -> list[str]:
         """Log this run's refreshes so far as ``refreshes.csv`` (one row per refresh: its
         metrics and coefficients) and ``history.png`` (:func:`draw_refresh_history`) under
@@ -955,7 +958,8 @@ class RefreshLogger:
         ``standardize``: a continuous feature's coefficient is drawn times the feature's
         standard deviation in the holdout (its effect in label units; one-hot columns are
         already in label units), so that lines of features in different units compare.
-        ``x``, ``columns``, ``errors``, ``title``: see :func:`draw_refresh_history`.
+        ``x``, ``columns``, ``errors``, ``title``, ``xlabel``: see
+        :func:`draw_refresh_history`.
         """
         self.start()
         scales: dict[str, float] = {}
@@ -976,6 +980,7 @@ class RefreshLogger:
                 scales=scales,
                 errors=errors,
                 title=title,
+                xlabel=xlabel,
             )
             names = sorted(os.listdir(tmp))
             self.client.log_artifacts(self._run_id, tmp, artifact_path)

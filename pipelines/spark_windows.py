@@ -338,8 +338,8 @@ class StreamingWindows(StreamingMaintainer):
                     BadRow(
                         batch_id,
                         batch.relation,
-                        f"event time {record[column]!r} is behind the watermark {watermark!r} "
-                        "(a late event)",
+                        f"event time {_show(record[column])} is behind the watermark "
+                        f"{_show(watermark)} (a late event)",
                         {k: v for k, v in record.items() if not _missing(v)},
                         column,
                     )
@@ -358,6 +358,13 @@ def _behind(values: pd.Series, watermark: Any) -> np.ndarray:
             times = times.dt.tz_convert("UTC").dt.tz_localize(None)
         return (times < watermark).to_numpy()
     return pd.to_numeric(values).to_numpy(np.float64) < float(watermark)
+
+
+def _show(value: Any) -> str:
+    """An event time as people read it (a timestamp in UTC without its zone)."""
+    if isinstance(value, pd.Timestamp) and value.tzinfo is not None:
+        value = value.tz_convert("UTC").tz_localize(None)
+    return str(value)
 
 
 def _missing(value: Any) -> bool:

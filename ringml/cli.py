@@ -7,24 +7,61 @@ import subprocess
 import sys
 from pathlib import Path
 
+#: options of one demo mode only: (flag, attribute)
+_STREAM_ONLY = [
+    ("--deletes", "deletes"),
+    ("--batch-size", "batch_size"),
+    ("--micro-batches", "micro_batches"),
+    ("--no-malformed-rows", "no_malformed_rows"),
+]
+_WINDOW_ONLY = [("--days", "days"), ("--lateness", "lateness"), ("--batch-days", "batch_days")]
+
 
 def _demo(args: argparse.Namespace) -> int:
+    given = [flag for flag, name in _STREAM_ONLY if getattr(args, name) not in (None, False)]
+    if args.window is not None:
+        if given:
+            args.parser.error(f"{', '.join(given)}: not an option of the --window mode")
+        return _window_demo(args)
+    given = [flag for flag, name in _WINDOW_ONLY if getattr(args, name) is not None]
+    if given:
+        args.parser.error(f"{', '.join(given)}: only with --window")
     from .pipelines.main_job import JobConfig, run_main_job
 
     config = JobConfig(
-        postcodes=args.postcodes,
-        delete_fraction=args.deletes,
-        batch_size=args.batch_size,
-        micro_batches=args.micro_batches,
+        postcodes=1000 if args.postcodes is None else args.postcodes,
+        delete_fraction=0.3 if args.deletes is None else args.deletes,
+        batch_size=1000 if args.batch_size is None else args.batch_size,
+        micro_batches=24 if args.micro_batches is None else args.micro_batches,
         seed=args.seed,
         ridge=args.ridge,
-        workdir=args.workdir,
+        workdir=args.workdir or "ringml-demo",
         tracking_uri=args.tracking_uri,
         master=args.master,
         malformed_rows=not args.no_malformed_rows,
         progress=not args.no_progress,
     )
     return 0 if run_main_job(config).ok else 1
+
+
+def _window_demo(args: argparse.Namespace) -> int:
+    from .pipelines.window_job import WindowJobConfig, run_window_job
+
+    defaults = WindowJobConfig()
+    config = WindowJobConfig(
+        window_days=args.window,
+        days=defaults.days if args.days is None else args.days,
+        days_per_batch=defaults.days_per_batch if args.batch_days is None else args.batch_days,
+        lateness_days=defaults.lateness_days if args.lateness is None else args.lateness,
+        postcodes=defaults.postcodes if args.postcodes is None else args.postcodes,
+        seed=args.seed,
+        ridge=args.ridge,
+        workdir=args.workdir or defaults.workdir,
+        tracking_uri=args.tracking_uri,
+        master=args.master,
+        progress=not args.no_progress,
+    )
+    return 0 if run_window_job(config).ok else 1
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -78,25 +115,50 @@ def main(argv: list[str] | None = None) -> int:
         "materialized join.",
     )
     demo.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        metavar="DAYS",
+        help="window mode: House sales with a sale time stream in, and the price model and "
+        "Chow-Liu tree are kept over the last DAYS days of the join (expired days are "
+        "deletes), in a drifting market; the coefficients and holdout errors over event "
+        "time are logged to MLflow as a plot",
+    )
+    demo.add_argument(
         "--postcodes",
         type=int,
-        default=1000,
-        help="database scale (default 1000: 21,000 tuples, a 200,000-row join)",
+        default=None,
+        help="database scale (default 1000: 21,000 tuples, a 200,000-row join; with "
+        "--window 500 postcodes, 10,000 sales)",
     )
     demo.add_argument(
         "--deletes",
         type=float,
-        default=0.3,
+        default=None,
         help="fraction of the stream that deletes earlier inserts (default 0.3)",
     )
     demo.add_argument(
-        "--batch-size", type=int, default=1000, help="tuples per stream batch (default 1000)"
+        "--batch-size", type=int, default=None, help="tuples per stream batch (default 1000)"
     )
     demo.add_argument(
         "--micro-batches",
         type=int,
-        default=24,
+        default=None,
         help="at most this many Spark micro-batches (one feed file each; default 24)",
+    )
+    demo.add_argument("--days", type=int, default=None, help="--window: days of sales (default 60)")
+    demo.add_argument(
+        "--batch-days",
+        type=int,
+        default=None,
+        help="--window: days of arrivals per micro-batch (default 3)",
+    )
+    demo.add_argument(
+        "--lateness",
+        type=float,
+        default=None,
+        help="--window: days the watermark stays behind the latest sale time; sales that "
+        "arrive later than that are dead letters (default 1)",
     )
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument(
@@ -104,9 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     demo.add_argument(
         "--workdir",
-        default="ringml-demo",
+        default=None,
         help="folder for the feed, checkpoints, dead letters and the MLflow store "
-        "(default ./ringml-demo)",
+        "(default ./ringml-demo, with --window ./ringml-demo-window)",
     )
     demo.add_argument(
         "--tracking-uri",
@@ -121,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         help="do not inject the three malformed feed rows that show the dead-letter output",
     )
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
-    demo.set_defaults(run=_demo)
+    demo.set_defaults(run=_demo, parser=demo)
     bench = commands.add_parser(
         "bench",
         help="run a benchmark from benchmarks/ (engine, rings, models, spark or sql_tpch)",
