@@ -125,7 +125,7 @@ def test_windowed_sum_count_equals_recomputation_after_every_batch(late, columns
         window = oracle.window()
         expired += len(window_before) + accepted - len(window)
         assert stream.watermark == oracle.watermark
-        assert as_plain(view.result()) == (grouped(window))
+        assert as_plain(view.result()) == grouped(window)
         ours = stream.window_rows("S")
         assert len(ours) == len(window)
         if len(window):
@@ -332,8 +332,11 @@ def test_partitions_window_and_unbounded_window():
             s.insert("S", batch.iloc[len(batch) // 2 :])
         rows = oracle.rows
         inside = rows[(np.floor(rows["ts"] / 10) >= 1) & (np.floor(rows["ts"] / 10) <= 2)]
-        assert as_plain(fixed.result()) == (grouped(inside))
-        assert as_plain(everything.result()) == (grouped(rows))
+        assert as_plain(fixed.result()) == grouped(inside)
+        assert as_plain(everything.result()) == grouped(rows)
+        assert len(a.window_rows("S")) == len(inside)
+    with pytest.raises(SchemaError, match="UNBOUNDED window"):
+        b.window_rows("S")
 
 
 def test_stream_tables_are_append_only_and_checked():
