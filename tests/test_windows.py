@@ -518,6 +518,11 @@ def test_stream_database_declares_windows_before_rows_and_checks_views():
     with pytest.raises(SqlNameError, match="event-time column"):
         sdb.create_stream_table("CREATE TABLE T (ts TEXT)", time_column="ts", partition=1)
     sdb.create_view("v", "SELECT src, COUNT(*) AS n FROM S GROUP BY src", window="RANGE 10")
+    first_two = sdb.create_view(
+        "first_two",
+        "SELECT a.src, COUNT(*) AS pairs FROM S AS a JOIN S AS b ON a.src = b.src GROUP BY a.src",
+        window="PARTITIONS 0 TO 1",
+    )  # a self-join: both aliases read the window
     sdb.insert("S", {"ts": [1.0], "src": ["a"], "loss": [1.0]})
     sdb.create_view("w", "SELECT SUM(loss) AS total FROM S", window="RANGE 10")  # same window
     assert sdb.view("w").to_pandas()["total"].tolist() == [1.0]
@@ -527,8 +532,11 @@ def test_stream_database_declares_windows_before_rows_and_checks_views():
         sdb.delete("S", {"ts": [1.0], "src": ["a"], "loss": [1.0]})
     with pytest.raises(BatchError, match="fed by its source"):
         sdb.insert("S__range_10", {"ts": [2.0], "src": ["a"], "loss": [1.0]})
-    sdb.advance_watermark(30.0)
+    sdb.insert("S", {"ts": [15.0, 25.0], "src": ["a", "a"], "loss": [1.0, 1.0]})
+    assert first_two.to_pandas()["pairs"].tolist() == [4]  # rows at 1 and 15, not 25
+    sdb.advance_watermark(40.0)
     assert sdb.view("v").to_pandas().empty
+    assert first_two.to_pandas()["pairs"].tolist() == [4]
 
 
 # ------------------------------------------------------------------ MIN / MAX
