@@ -451,8 +451,13 @@ class BatchPreparer:
                 relation,
                 twice,
             )
-        missing = [c for c in columns if c not in frame.columns]
-        extra = [c for c in frame.columns if c not in columns]
+        names = frame.columns.tolist()
+        if names == list(columns):  # the usual case: no per-name lookups in the Index
+            missing = extra = []
+        else:
+            have, want = set(names), set(columns)
+            missing = [c for c in columns if c not in have]
+            extra = [c for c in names if c not in want]
         if missing or extra:
             raise BatchError(
                 f"relation {relation!r} has columns {list(columns)}; batch is missing "
