@@ -186,12 +186,14 @@ def main(argv: list[str] | None = None) -> int:
     demo.set_defaults(run=_demo, parser=demo)
     bench = commands.add_parser(
         "bench",
-        help="run a benchmark from benchmarks/ (engine, rings, models, spark or sql_tpch)",
+        help="run a benchmark from benchmarks/ (engine, rings, models, spark, sql_tpch or windows)",
         description="Run benchmarks/<BENCHMARK>.py of the source checkout; every option "
         "after the name goes to the script (e.g. ringml bench engine --quick; "
         "ringml bench spark --help). Results go to benchmarks/results/.",
     )
-    bench.add_argument("benchmark", choices=["engine", "rings", "models", "spark", "sql_tpch"])
+    bench.add_argument(
+        "benchmark", choices=["engine", "rings", "models", "spark", "sql_tpch", "windows"]
+    )
     bench.add_argument("options", nargs=argparse.REMAINDER, help="options for the script")
     bench.set_defaults(run=_bench)
     explain = commands.add_parser(
