@@ -416,6 +416,29 @@ class Maintainer:
             raise KeyError(f"unknown variable {variable!r}")
         return self._dictionaries[variable].decode(np.asarray(codes, dtype=np.int64))
 
+    def groups_matching(self, variables: Sequence[str], values: Sequence) -> np.ndarray:
+        """Codes (in ``query.free`` order) of the current groups whose free ``variables``
+        take one of the rows of ``values`` (one array per variable), through a secondary
+        index on the result kept across changes."""
+        if not self._has_result_deltas():
+            raise SchemaError("a ν tree keeps the grouped result factorized: use enumerate()")
+        store = self._stores[self.plan.root]
+        codes = [
+            self._dictionaries[v].lookup(np.asarray(x))
+            for v, x in zip(variables, values, strict=True)
+        ]
+        probe = np.column_stack(codes) if codes else np.zeros((0, 0), dtype=np.int64)
+        probe = probe[(probe >= 0).all(axis=1)]
+        _, slots = store.matches(tuple(store.keys.index(v) for v in variables), probe)
+        return store.index.keys[slots][:, [store.keys.index(v) for v in self.query.free]]
+
+    def decode_numbers(self, variable: str, codes) -> np.ndarray:
+        """The values of a numeric ``variable`` behind integer codes as one int64 array
+        while every value is an integer, else float64 (each value converted once)."""
+        if variable not in self._dictionaries:
+            raise KeyError(f"unknown variable {variable!r}")
+        return self._dictionaries[variable].numeric(np.asarray(codes, dtype=np.int64))
+
     def stored_entries(self) -> int:
         """Number of keys held in all stores (a proxy for memory)."""
         return sum(len(s) for s in self._stores.values())
@@ -470,6 +493,11 @@ class Maintainer:
                         seen |= set(child.keys)
                 if isinstance(node, AtomLeaf) and has_siblings(node):
                     keyed |= set(node.keys)
+            keyed |= {v for v in self.query.variables if len(self.query.rels(v)) > 1}
+        elif self.strategy == "higher_order":  # the keys of its views; lifts read numbers
+            for spec in self.plan.views:
+                if not spec.is_leaf and (spec.stored or spec.stored_while_loading):
+                    keyed |= set(spec.keys)
             keyed |= {v for v in self.query.variables if len(self.query.rels(v)) > 1}
         else:
             keyed |= set(self.query.variables)
