@@ -1273,11 +1273,21 @@ class PatternView:
         out = ["state", "count", *(f"sum_{c}" for c in self.sums), "var_count"]
         return out + [f"var_{a}_{c}" for c in self.sums for a in ("sum", "first")]
 
+    def _key_codes(self, frames: Sequence[pd.DataFrame]) -> np.ndarray:
+        """One int64 code per row of ``frames`` (concatenated) for its ``by`` key: equal
+        keys, equal codes."""
+        codes = None
+        for c in self.by:
+            column = np.concatenate([f[c].to_numpy() for f in frames])
+            these, uniques = pd.factorize(column, use_na_sentinel=False)  # NULL: a key too
+            codes = these if codes is None else pd.factorize(codes * len(uniques) + these)[0]
+        return codes.astype(np.int64)
+
     def _check_unique(self, k: int, pieces: list[pd.DataFrame]) -> None:
-        keys = pd.concat([p[self.by] for p in pieces], ignore_index=True)
-        twice = keys.duplicated()
-        if twice.any():
-            key = tuple(keys[twice].iloc[0])
+        codes = self._key_codes(pieces)
+        if len(np.unique(codes)) < len(codes):
+            keys = pd.concat([p[self.by] for p in pieces], ignore_index=True)
+            key = tuple(keys[keys.duplicated()].iloc[0])
             raise BatchError(
                 f"{self.name}: key {key} has two events in partition {k} of stream table "
                 f"{self.table!r}; a pattern view reads one event per key per partition",
@@ -1309,64 +1319,86 @@ class PatternView:
         return out.astype(bool) & ~pd.isna(out)
 
     def _step(self, helper: pd.DataFrame | None, rows: pd.DataFrame, k: int) -> pd.DataFrame:
-        """``Helper[k]`` from ``Helper[k-1]`` (None: no live runs) and ``S[k]``."""
+        """``Helper[k]`` from ``Helper[k-1]`` (None: no live runs) and ``S[k]``: each
+        predicate runs once on the whole partition, each state's CASE arm picks its rows."""
         n = len(rows)
         aggregates = self._helper_columns()
+        fresh = self._fresh(rows)
         if helper is not None and len(helper):
-            index = (
-                pd.MultiIndex.from_frame(rows[self.by])
-                if len(self.by) > 1
-                else pd.Index(rows[self.by[0]], name=self.by[0])
-            )
-            prev = helper.set_index(self.by).reindex(index).reset_index()
-            prev[aggregates] = prev[aggregates].fillna(0)
+            prev = self._previous(helper, rows, aggregates)
         else:
-            prev = rows[self.by].copy()
-            for c in rows.columns:
-                if c not in self.by:
-                    prev[c] = np.nan
-            for c in aggregates:
-                prev[c] = 0
-        prev = prev.drop(columns="partition", errors="ignore")
+            prev = fresh
         was = prev["state"].to_numpy(np.int64)
-        fresh_prev = prev.copy()
-        fresh_prev[[c for c in fresh_prev.columns if c not in self.by + aggregates]] = np.nan
-        fresh_prev[aggregates] = 0
         names, kleene, last = self.pattern.variables, self.pattern.kleene, self.pattern.states
-        starts = self._test(names[0], rows, fresh_prev, k)
+        starts = self._test(names[0], rows, fresh, k)
         state = np.zeros(n, dtype=np.int64)
         carried = np.zeros(n, dtype=bool)
         stayed = np.zeros(n, dtype=bool)
         for s in range(1, last + 1):
-            at = np.flatnonzero(was == s)
-            if not at.size:
+            here = was == s
+            if not here.any():
                 continue
-            new, old = rows.iloc[at], prev.iloc[at]
-            stay = (
-                self._test(f"{names[s - 1]}[i]", new, old, k)
-                if kleene[s - 1]
-                else np.zeros(at.size, bool)
-            )
-            proceed = (
-                self._test(names[s], new, old, k) & ~stay if s < last else np.zeros(at.size, bool)
-            )
-            state[at] = np.where(stay, s, np.where(proceed, s + 1, 0))
-            carried[at] = stay | proceed
-            stayed[at] = stay
-        restart = ~carried & starts
-        state[restart] = 1
-        out = rows.copy()
-        out["partition"] = k
-        out["state"] = state
-        base = prev["count"].to_numpy(np.int64)
-        out["count"] = np.where(carried, base + 1, 1)
-        out["var_count"] = np.where(stayed, prev["var_count"].to_numpy(np.int64) + 1, 1)
+            stay = here & self._test(f"{names[s - 1]}[i]", rows, prev, k) if kleene[s - 1] else None
+            if stay is not None:
+                state[stay] = s
+                stayed |= stay
+            if s < last:
+                proceed = here & self._test(names[s], rows, prev, k)
+                if stay is not None:
+                    proceed &= ~stay
+                state[proceed] = s + 1
+                carried |= proceed
+        carried |= stayed
+        state[~carried & starts] = 1
+        keep = np.flatnonzero(state > 0)
+        out = {c: rows[c].to_numpy()[keep] for c in rows.columns}
+        out["partition"] = np.full(len(keep), k, dtype=np.int64)
+        out["state"] = state[keep]
+        carried, stayed = carried[keep], stayed[keep]
+        count = prev["count"].to_numpy(np.int64)[keep]
+        out["count"] = np.where(carried, count + 1, 1)
+        var_count = prev["var_count"].to_numpy(np.int64)[keep]
+        out["var_count"] = np.where(stayed, var_count + 1, 1)
         for c in self.sums:
-            value = rows[c].to_numpy(np.float64)
-            before = {a: prev[f"{a}_{c}"].to_numpy(np.float64) for a in ("sum", "var_sum")}
+            value = rows[c].to_numpy(np.float64)[keep]
+            before = {a: prev[f"{a}_{c}"].to_numpy(np.float64)[keep] for a in ("sum", "var_sum")}
             out[f"sum_{c}"] = np.where(carried, before["sum"] + value, value)
             out[f"var_sum_{c}"] = np.where(stayed, before["var_sum"] + value, value)
-            first = prev[f"var_first_{c}"].to_numpy(np.float64)
+            first = prev[f"var_first_{c}"].to_numpy(np.float64)[keep]
             out[f"var_first_{c}"] = np.where(stayed, first, value)
-        keep = state > 0
-        return out[keep].reset_index(drop=True)
+        return pd.DataFrame(out, columns=[*rows.columns, "partition", *aggregates])
+
+    def _fresh(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """The helper row of keys without a live run: the key, NaN event columns and zero
+        aggregates."""
+        n = len(rows)
+        out: dict[str, Any] = {}
+        for c in rows.columns:
+            out[c] = rows[c].to_numpy() if c in self.by else np.full(n, np.nan)
+        for c in self._helper_columns():
+            out[c] = np.zeros(n, dtype=np.int64 if c in ("state", "count", "var_count") else float)
+        return pd.DataFrame(out, index=rows.index)
+
+    def _previous(self, helper: pd.DataFrame, rows: pd.DataFrame, aggregates: list[str]):
+        """The helper rows of the keys of ``rows`` (aligned with it), fresh where a key has
+        no live run."""
+        codes = self._key_codes([helper, rows])
+        at = pd.Index(codes[: len(helper)]).get_indexer(codes[len(helper) :])
+        found = at >= 0
+        take = np.where(found, at, 0)
+        out: dict[str, Any] = {}
+        for c in rows.columns:
+            if c in self.by:
+                out[c] = rows[c].to_numpy()
+            elif c in helper.columns:
+                values = helper[c].to_numpy().take(take)
+                if values.dtype.kind in "iufb":
+                    out[c] = np.where(found, values, np.nan)
+                else:
+                    out[c] = pd.Series(values).where(found).to_numpy()
+            else:
+                out[c] = np.full(len(rows), np.nan)
+        for c in aggregates:
+            values = helper[c].to_numpy().take(take)
+            out[c] = np.where(found, values, 0).astype(values.dtype)
+        return pd.DataFrame(out, index=rows.index)
