@@ -190,7 +190,7 @@ class StreamDatabase:
             batches, Iterable
         ):
             raise InputTypeError(f"apply takes UpdateBatches, got {type(batches).__name__}")
-        batches = list(batches)
+        named = []
         for batch in batches:
             schema = self.database.catalog.find(getattr(batch, "relation", ""))
             if schema is not None and schema.name in self._streams:
@@ -200,8 +200,9 @@ class StreamDatabase:
                         "would be lost to every later window; create its views first",
                         schema.name,
                     )
-                batch.relation = schema.name
-        self.stream.apply(batches)
+                batch = UpdateBatch(schema.name, batch.rows, batch.multiplicity)
+            named.append(batch)
+        self.stream.apply(named)
 
     def advance_watermark(self, time: Any) -> None:
         """Move the watermark (expiring what left the windows)."""
