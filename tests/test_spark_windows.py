@@ -261,3 +261,72 @@ def test_spark_files_crash_restart_and_watermark(spark, sales, tmp_path):
     for batch_id, mark in spark_marks.items():
         assert mark == ours[batch_id - 1], batch_id
     assert all(watermarks[b] == ours[b] for b in watermarks)
+
+
+def _sql_pipeline(state, dead):
+    from ringml.sql import StreamDatabase
+
+    sdb = StreamDatabase("CREATE TABLE D (src TEXT, region TEXT)", lateness=5, late="dead_letter")
+    sdb.create_stream_table("CREATE TABLE S (ts INT, src TEXT, loss DOUBLE)", "ts", 10)
+    sdb.create_view(
+        "recent",
+        "SELECT region, SUM(loss) AS total, COUNT(*) AS n FROM S JOIN D USING (src) "
+        "GROUP BY region",
+        window="RANGE 30",
+    )
+    sdb.insert("D", pd.DataFrame({"src": list("abcd"), "region": ["n", "n", "s", "w"]}))
+    return sdb, StreamingWindows(
+        sdb.stream, state, on_error="dead_letter", dead_letter_path=dead, snapshot_every=2
+    )
+
+
+def _sql_layout(rows: pd.DataFrame) -> pa.Table:
+    n = len(rows)
+    return pa.table(
+        {
+            "__ringml_feed": pa.array([0] * n, pa.int32()),
+            "__ringml_relation": ["S"] * n,
+            "__ringml_op": ["insert"] * n,
+            "__ringml_mult": pa.array([None] * n, pa.int64()),
+            "__ringml_corrupt": pa.array([None] * n, pa.string()),
+            "__f0__ts": pa.array(rows["ts"].to_numpy(), pa.int64()),
+            "__f0__src": rows["src"].tolist(),
+            "__f0__loss": pa.array(rows["loss"].to_numpy(), pa.float64()),
+        }
+    )
+
+
+def test_sql_windowed_views_through_the_stream_restart_exactly_once(tmp_path):
+    rng = np.random.default_rng(4)
+    state, dead = tmp_path / "state", tmp_path / "dead"
+    sdb, sw = _sql_pipeline(state, dead)
+    regions = {"a": "n", "b": "n", "c": "s", "d": "w"}
+    applied, watermark, late_rows = [], -np.inf, 0
+    for batch_id in range(14):
+        ts = batch_id * 6 + rng.integers(-5, 1, 7)  # out of order within the lateness
+        rows = pd.DataFrame(
+            {"ts": ts, "src": rng.choice(list("abcd"), 7), "loss": np.round(rng.random(7), 3)}
+        )
+        if batch_id == 6:  # a straggler behind the watermark
+            rows.loc[len(rows)] = [int(watermark) - 3, "a", 9.0]
+            late_rows += 1
+        if batch_id == 7:  # a new driver: the committed state moves into its database
+            sdb, sw = _sql_pipeline(state, dead)
+            assert sw.last_batch_id == 6 and sw.watermark == watermark
+        sw.process_batch(_sql_layout(rows), batch_id)
+        keep = rows[rows["ts"] >= watermark]
+        applied.append(keep)
+        watermark = max(watermark, float(keep["ts"].max()) - 5)
+        every = pd.concat(applied, ignore_index=True)
+        inside = every[(every["ts"] // 10 + 1) * 10 + 30 > watermark]
+        expected = (
+            inside.assign(region=inside["src"].map(regions))
+            .groupby("region")["loss"]
+            .agg(total="sum", n="count")
+            .reset_index()
+        )
+        got = sdb.view("recent").to_pandas().sort_values("region").reset_index(drop=True)
+        assert got["region"].tolist() == expected["region"].tolist()
+        np.testing.assert_allclose(got["total"], expected["total"], rtol=1e-12)
+        assert got["n"].tolist() == expected["n"].tolist()
+    assert len(sw.dead_letters()) == late_rows
