@@ -97,10 +97,18 @@ def as_plain(result: dict) -> dict:
 
 
 # ------------------------------------------------------------------ engine views
-@pytest.mark.parametrize("late", ["reject", "dead_letter"])
-@pytest.mark.parametrize("columns", [("src", "loss"), ("ts", "src", "loss")])
-def test_windowed_sum_count_equals_recomputation_after_every_batch(late, columns):
-    view = Maintainer(sum_count_query(columns))
+@pytest.mark.parametrize(
+    "late, columns, strategy, tree",
+    [
+        ("reject", ("src", "loss"), "fivm", "tau"),
+        ("dead_letter", ("src", "loss"), "fivm", "tau"),
+        ("reject", ("ts", "src", "loss"), "first_order", "tau"),
+        ("dead_letter", ("ts", "src", "loss"), "recompute", "tau"),
+        ("dead_letter", ("ts", "src", "loss"), "fivm", "nu"),
+    ],
+)
+def test_windowed_sum_count_equals_recomputation_after_every_batch(late, columns, strategy, tree):
+    view = Maintainer(sum_count_query(columns), strategy=strategy, tree=tree)
     stream = WindowedStream(
         view,
         {"S": StreamTable("ts", partition=WIDTH, window=f"RANGE {RANGE}")},
