@@ -437,7 +437,10 @@ class Maintainer:
         while every value is an integer, else float64 (each value converted once)."""
         if variable not in self._dictionaries:
             raise KeyError(f"unknown variable {variable!r}")
-        return self._dictionaries[variable].numeric(np.asarray(codes, dtype=np.int64))
+        codes = np.asarray(codes, dtype=np.int64)
+        if not codes.size:  # also before the dictionary holds any value
+            return np.zeros(0, dtype=np.int64)
+        return self._dictionaries[variable].numeric(codes)
 
     def stored_entries(self) -> int:
         """Number of keys held in all stores (a proxy for memory)."""

@@ -25,9 +25,10 @@ from ..store import group_rows
 from .catalog import Catalog, TableSchema, parse_ddl
 from .compiler import compile_view
 from .errors import SqlNameError
-from .expressions import EvaluationError, as_numbers, truth
-from .logical import HIDDEN_AGGREGATES, AtomPlan, SubqueryPlan, ViewPlan
+from .expressions import DTYPES, EvaluationError, SubqueryRef, as_numbers, truth
+from .logical import COUNT, HIDDEN_AGGREGATES, AtomPlan, SubqueryPlan, ViewPlan
 from .output import key_column, row_changes, view_rows
+from .residual import ResidualResult, affected_groups, incremental_subquery, passing
 from .tables import TableChange, TableStore, check_batches
 
 Subscriber = Callable[[pd.DataFrame], object]
@@ -94,7 +95,7 @@ def collapse(
     for a in plan.aggregates:
         if a.function in HIDDEN_AGGREGATES:
             column = free.index(a.argument)
-            values = key_column(maintainer.decode(a.argument, codes[:, column]), kinds[a.argument])
+            values = decoded(maintainer, a.argument, codes[:, column], kinds[a.argument])
             out[a.slot] = _hidden_aggregate(a.function, values, inverse, m)
     return GroupKeys(maintainer, visible, unique), out
 
@@ -110,8 +111,29 @@ class _KeyEnv(dict):
 
     def __missing__(self, name: str) -> np.ndarray:
         column = self._codes[:, self._free.index(name)]
-        value = self[name] = key_column(self._maintainer.decode(name, column), self._kinds[name])
+        value = self[name] = decoded(self._maintainer, name, column, self._kinds[name])
         return value
+
+
+def decoded(maintainer: Maintainer, variable: str, codes: np.ndarray, kind: str) -> np.ndarray:
+    """The values of a key variable behind ``codes`` as an array of its kind (numbers
+    from the dictionary's numeric cache, no per-value conversion)."""
+    if kind in ("int", "float"):
+        return maintainer.decode_numbers(variable, codes).astype(DTYPES[kind], copy=False)
+    return key_column(maintainer.decode(variable, codes), kind)
+
+
+class _Lookup:
+    """A subquery's lookup, built from its view's rows (or given rows) on first call."""
+
+    def __init__(self, sub: SubqueryPlan, rows) -> None:
+        self._sub, self._rows, self._lookup = sub, rows, None
+
+    def __call__(self, values, n):
+        if self._lookup is None:
+            rows = self._rows if isinstance(self._rows, pd.DataFrame) else self._rows.to_pandas()
+            self._lookup = subquery_lookup(self._sub, rows)
+        return self._lookup(values, n)
 
 
 def subquery_lookup(sub: SubqueryPlan, rows: pd.DataFrame) -> Callable:
@@ -256,6 +278,16 @@ class View:
         # each aggregate derived table is a view whose row changes feed an atom of this one
         self.derived = [(table, View(f"{name}{table}", p, strategy)) for table, p in plan.derived]
         self._delta = None  # the engine's change of the result in the last apply
+        # a residual filter without MIN/MAX/DISTINCT: its filtered result is kept per batch
+        self._incremental = plan.residual is not None and not any(
+            a.function in HIDDEN_AGGREGATES for a in plan.aggregates
+        )
+        self._refs = (  # per subquery of the residual: its correlated outer arguments
+            {n.index: n.args for n in plan.residual.walk() if isinstance(n, SubqueryRef)}
+            if plan.residual is not None
+            else {}
+        )
+        self._result: ResidualResult | None = None  # None: rebuilt on the next read
 
     def __getstate__(self) -> dict:
         """Everything but the subscribers (callbacks of this process; the maintainer drops
@@ -285,13 +317,16 @@ class View:
 
     def to_pandas(self) -> pd.DataFrame:
         """The view's current rows (ORDER BY/LIMIT applied)."""
+        lookups = self._lookups()
+        if self._incremental:
+            if self._result is None:
+                self._result = self._rebuild()
+            codes, components = self._result.read()
+            keys = GroupKeys(self.maintainer, self._result.visible, codes)
+            return view_rows(self.plan, keys, components, lookups)
         groups = self.maintainer.groups()
         parts = _parts(groups.payload)
         components = {c.name: p for c, p in zip(self.plan.components, parts, strict=True)}
-        lookups = {
-            f"#s{i}": subquery_lookup(sub, view.to_pandas())
-            for i, (sub, view) in enumerate(zip(self.plan.subqueries, self.subviews, strict=True))
-        }
         if self.plan.collapsed:
             keys, components = collapse(
                 self.plan, self.maintainer, groups.codes, components, lookups
@@ -299,6 +334,64 @@ class View:
         else:
             keys = GroupKeys(self.maintainer, groups.free, groups.codes)
         return view_rows(self.plan, keys, components, lookups)
+
+    def _lookups(self, frames: Mapping[int, pd.DataFrame] | None = None) -> dict:
+        """Per subquery slot ``#sI`` its lookup, built on first use from its view's rows
+        (``frames``: rows to use instead, e.g. those before a batch)."""
+        frames = frames or {}
+        return {
+            f"#s{i}": _Lookup(sub, frames[i] if i in frames else view)
+            for i, (sub, view) in enumerate(zip(self.plan.subqueries, self.subviews, strict=True))
+        }
+
+    def _components(self, payload) -> dict[str, np.ndarray]:
+        parts = _parts(payload)
+        return {c.name: p for c, p in zip(self.plan.components, parts, strict=True)}
+
+    def _rebuild(self) -> ResidualResult:
+        """The filtered result from all engine groups."""
+        groups = self.maintainer.groups()
+        codes, components = groups.codes, self._components(groups.payload)
+        env = _KeyEnv(self.plan, self.maintainer, codes, self._lookups())
+        keep = passing(self.plan, env, len(codes), components[COUNT])
+        result = ResidualResult(self.plan, tuple(self.maintainer.query.free))
+        result.add(codes[keep], {name: values[keep] for name, values in components.items()})
+        return result
+
+    def _refresh(self, changed_subqueries: list[int], before: Mapping[int, pd.DataFrame]):
+        """Filter again the engine groups the last batch affected (see
+        :mod:`ringml.sql.residual`): out with their old contributions, in with the new."""
+        changed = []
+        for i in changed_subqueries:
+            delta = self.subviews[i]._delta
+            if i not in self._refs or delta is None or not len(delta):
+                continue
+            sub = self.plan.subqueries[i]
+            columns = delta.columns()
+            keys = [v for v, _ in sub.plan.keys][: sub.equalities]
+            changed.append(([a.name for a in self._refs[i]], [columns[v] for v in keys]))
+        codes, at = affected_groups(self.maintainer, self._delta, changed)
+        if not len(codes):
+            return
+        now = self._components(self.maintainer.groups(at=codes).payload)
+        then = {name: values.copy() for name, values in now.items()}
+        if len(at):
+            for name, moved in self._components(self._delta.payload).items():
+                then[name][at] -= moved
+        n, plan, maintainer = len(codes), self.plan, self.maintainer
+        new = passing(plan, _KeyEnv(plan, maintainer, codes, self._lookups()), n, now[COUNT])
+        old_env = _KeyEnv(plan, maintainer, codes, self._lookups(before))
+        old = passing(plan, old_env, n, then[COUNT])
+        self._result.add(
+            codes,
+            {name: np.where(new, now[name], 0) - np.where(old, then[name], 0) for name in now},
+        )
+
+    def _invalidate(self) -> None:
+        """Drop the kept filtered results (after an undone batch): rebuilt on read."""
+        self._result = None
+        for view in self.subviews + [view for _, view in self.derived]:
+            view._invalidate()
 
     def to_arrow(self):
         """The view's current rows as a ``pyarrow.Table`` (NULLs as nulls)."""
@@ -371,6 +464,16 @@ class View:
         engine; the ``(maintainer, batches)`` applied (all undone if one fails)."""
         applied: list = []
         self._delta = None
+        changed = [i for i, v in enumerate(self.subviews) if set(v.plan.tables) & set(changes)]
+        before = {}
+        if self._result is not None and changed:
+            if all(
+                i not in self._refs or incremental_subquery(self.plan.subqueries[i], self._refs[i])
+                for i in changed
+            ):
+                before = {i: self.subviews[i].to_pandas() for i in changed if i in self._refs}
+            else:  # every group may be affected: rebuilt on the next read
+                self._result = None
         try:
             for view in self.subviews:
                 applied.extend(view._apply(changes))
@@ -388,8 +491,11 @@ class View:
             if batches:
                 self._delta = self.maintainer.apply(batches)
                 applied.append((self.maintainer, batches))
+            if self._result is not None:
+                self._refresh(changed, before)
         except RingmlError:
             _undo(applied)
+            self._invalidate()
             raise
         return applied
 
@@ -625,6 +731,8 @@ class Database:
                 applied.extend(view._apply(typed))
         except RingmlError as error:
             _undo(applied)
+            for view in touched:
+                view._invalidate()
             if isinstance(error, BatchError):
                 raise
             raise BatchError(str(error)) from error

@@ -1,0 +1,123 @@
+"""The result of a SQL view with a residual filter, maintained per batch.
+
+A view whose WHERE needs more than the engine's joins (an inequality, an OR across tables, a
+subquery) keeps the engine's groups finer -- by the columns the condition reads -- and
+filters them on read.  Filtering all of them at every read costs as much as the view is
+large; :class:`ResidualResult` instead keeps the filtered groups summed per output group and,
+after a batch, filters again only the engine groups the batch *affected*: those whose
+payload changed (the engine's :class:`~ringml.delta.ResultDelta`) and those whose
+subquery values changed (found through a secondary index on the correlated columns).  Each
+affected group's old contribution (its payload before the batch, filtered with the
+subqueries' values before it) is taken out and its new one put in -- DBToaster's way with a
+nested aggregate's delta: re-evaluate it per changed key.
+
+When a batch changes a subquery that is uncorrelated, correlated by an inequality, read by
+membership or nested, every group may be affected: the result is rebuilt on the next read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..keyindex import KeyIndex
+from ..store import group_rows
+from .expressions import Col, truth
+from .logical import COUNT, SubqueryPlan, ViewPlan
+
+
+class ResidualResult:
+    """Per output group (the visible keys), the sums of the components of the engine
+    groups that pass the residual filter."""
+
+    def __init__(self, plan: ViewPlan, free: tuple[str, ...]) -> None:
+        self.free = free
+        self.visible = [v for v, _ in plan.keys if v not in plan.hidden]
+        self.columns = [free.index(v) for v in self.visible]
+        self.index = KeyIndex(max(len(self.visible), 1))
+        self.sums = {
+            c.name: np.zeros(self.index.capacity, dtype=np.int64 if c.integer else np.float64)
+            for c in plan.components
+        }
+
+    def _keys(self, codes: np.ndarray) -> np.ndarray:
+        return codes if codes.shape[1] else np.zeros((codes.shape[0], 1), dtype=np.int64)
+
+    def add(self, codes: np.ndarray, components: Mapping[str, np.ndarray]) -> None:
+        """Add component changes of engine groups (``codes`` in free order)."""
+        if not len(codes):
+            return
+        unique, inverse = group_rows(codes[:, self.columns])
+        slots, _ = self.index.get_or_insert(self._keys(unique))
+        for name, values in components.items():
+            summed = _sum_by(values, inverse, len(unique))
+            held = self.sums[name]
+            if held.size < self.index.capacity or held.dtype != np.result_type(held, summed):
+                grown = np.zeros(self.index.capacity, dtype=np.result_type(held, summed))
+                grown[: held.size] = held
+                held = self.sums[name] = grown
+            held[slots] += summed
+        dead = slots[self.sums[COUNT][slots] <= 0]
+        if dead.size:
+            for held in self.sums.values():
+                held[dead] = 0
+            self.index.remove(dead)
+
+    def read(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The output groups' visible codes and component sums."""
+        slots = self.index.live_slots()
+        codes = self.index.keys[slots][:, : len(self.visible)]
+        return codes, {name: held[slots] for name, held in self.sums.items()}
+
+
+def _sum_by(values: np.ndarray, inverse: np.ndarray, m: int) -> np.ndarray:
+    if values.dtype.kind in "iub":
+        out = np.zeros(m, dtype=np.int64)
+        np.add.at(out, inverse, values.astype(np.int64, copy=False))
+        return out
+    return np.bincount(inverse, weights=values, minlength=m).astype(np.float64, copy=False)
+
+
+def incremental_subquery(sub: SubqueryPlan, ref_args: tuple) -> bool:
+    """Whether a change of this subquery affects only the outer groups with the changed
+    correlation values (a plain view keyed by equalities on outer columns)."""
+    return (
+        sub.mode == "value"
+        and sub.inequality is None
+        and sub.equalities > 0
+        and not sub.plan.collapsed
+        and not sub.plan.subqueries
+        and all(isinstance(a, Col) and not a.source for a in ref_args)
+    )
+
+
+def affected_groups(
+    maintainer, delta, changed: list[tuple[list[str], list]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of the engine groups a batch affected -- ``delta``'s, and those whose
+    correlation variables take the changed subquery keys (``changed``: per subquery the
+    outer variables and the decoded changed keys) -- and the row of each of ``delta``'s
+    groups among them."""
+    width = len(maintainer.query.free)
+    parts = [delta.codes] if delta is not None and len(delta) else []
+    ours = len(parts[0]) if parts else 0
+    for variables, values in changed:
+        if len(values[0]):
+            parts.append(maintainer.groups_matching(variables, values))
+    if not parts:
+        return np.zeros((0, width), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if len(parts) == 1 and ours:
+        return parts[0], np.arange(ours)
+    codes = np.concatenate(parts)
+    if not width:
+        return codes[:1], np.zeros(ours, dtype=np.int64)
+    unique, inverse = np.unique(codes, axis=0, return_inverse=True)
+    return unique, inverse.ravel()[:ours]
+
+
+def passing(plan: ViewPlan, env, n: int, count: np.ndarray) -> np.ndarray:
+    """Which groups exist and pass the residual filter."""
+    if not n:
+        return np.zeros(0, dtype=bool)
+    return truth(plan.residual, env, n) & (count > 0)
