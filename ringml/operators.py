@@ -201,7 +201,8 @@ def step(ctx: Context, view: ViewSpec, siblings: Sequence[Member], delta: Rows) 
         if (mult == 1).all():  # inserts: scaling by 1 changes nothing
             mult = None
     support = None
-    if delta.support is not None:
+    derived = delta.support is not None and ring.counts_derivations
+    if delta.support is not None and not derived:
         support = delta.support if identity else delta.support[rows]
         for store, slots in sibling_slots:
             support = support * store.support[slots]
@@ -221,6 +222,8 @@ def step(ctx: Context, view: ViewSpec, siblings: Sequence[Member], delta: Rows) 
                 mult = c if mult is None else checked_mul(mult, c, "a product of counts")
             columns = lift_columns(ctx, view.lifted, cols, values)
             result = ring.batch_lift_sum_by(view.lifted, columns, groups, n_groups, mult)
+            if derived:
+                return Rows(codes, {}, result, None, ring.batch_derivations(result))
             return Rows(codes, {}, result, None, group_sum(support, groups, n_groups))
     factors += lift(ctx, view.lifted, cols, values)
     if delta.payload is None:
@@ -234,6 +237,8 @@ def step(ctx: Context, view: ViewSpec, siblings: Sequence[Member], delta: Rows) 
         result = ring.batch_mul_sum(factors)
     else:
         result = ring.batch_mul_sum(factors, groups, n_groups)
+    if derived:
+        return Rows(codes, {}, result, None, ring.batch_derivations(result))
     return Rows(codes, {}, result, None, group_sum(support, groups, n_groups))
 
 

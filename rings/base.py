@@ -277,6 +277,16 @@ class Ring(ABC, Generic[E, B]):
             return self.batch_mul_sum(factors)
         return self.batch_mul_sum(factors, groups, n_groups)
 
+    #: Payloads count their derivations exactly (int64, as :meth:`batch_derivations` reads
+    #: them): the engine takes a delta's derivation counts from its payloads instead of
+    #: multiplying and summing them alongside.
+    counts_derivations: bool = False
+
+    def batch_derivations(self, a: B) -> np.ndarray | None:
+        """The exact number of derivations behind every payload, for rings that
+        :attr:`counts_derivations`; None for the others."""
+        return None
+
     def batch_multiplicities(self, a: B) -> np.ndarray | None:
         """Integers ``k`` with ``a[i] == k[i] · 1`` when every element of ``a`` is a multiple
         of one (e.g. the payloads of a stored base relation, which lift nothing), else None;

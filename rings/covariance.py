@@ -569,6 +569,13 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             self._shifts[j] = value
             self._watch(abs(value))
 
+    #: the count of a payload is its number of derivations: lifts count 1, products
+    #: multiply counts and sums add them, all exact (checked) int64
+    counts_derivations = True
+
+    def batch_derivations(self, a: CovarianceBatch) -> np.ndarray:
+        return a.count
+
     def batch_multiplicities(self, a: CovarianceBatch) -> np.ndarray | None:
         """The counts of a batch over no variable (``k · (1, 0, 0)``)."""
         return a.count if not a.block else None
