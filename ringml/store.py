@@ -66,9 +66,24 @@ class ViewStore:
         self.compensated = compensated
         self.index = KeyIndex(max(len(keys), 1))
         self.payload = ring.batch_accumulator(self.index.capacity, compensated)
-        # exact number of derivations per slot (F-IVM Remark 1): a key exists while it is > 0
-        self.support = np.zeros(self.index.capacity, dtype=np.int64)
+        # exact number of derivations per slot (F-IVM Remark 1): a key exists while it is > 0;
+        # the payloads' own counts where the ring keeps them (Ring.counts_derivations)
+        self._derived = ring.counts_derivations
+        self._support = None if self._derived else np.zeros(self.index.capacity, np.int64)
         self._secondary: dict[tuple[int, ...], PartialIndex] = {}
+
+    def __setstate__(self, state: dict) -> None:
+        if "support" in state:  # pickled with its own array of derivation counts
+            state["_support"] = state.pop("support")
+            state["_derived"] = False
+        self.__dict__.update(state)
+
+    @property
+    def support(self) -> np.ndarray:
+        """The exact number of derivations of every slot (int64, 0 where no key lives)."""
+        if self._derived:
+            return self.ring.batch_derivations(self.payload)
+        return self._support
 
     def __len__(self) -> int:
         return len(self.index)
@@ -108,7 +123,8 @@ class ViewStore:
             # (x + d - d need not be x in float64: a huge d absorbs x)
             before = None
             if not self.compensated:
-                before = (self.ring.batch_take(self.payload, slots), self.support[slots].copy())
+                counts = None if self._derived else self._support[slots].copy()
+                before = (self.ring.batch_take(self.payload, slots), counts)
             self.journal.append((self, (codes, payload, support, new, before)))
         try:
             self.payload = self.ring.batch_scatter_add(self.payload, slots, payload)
@@ -119,14 +135,16 @@ class ViewStore:
                 self.index.remove(slots[new])
             raise
         if support is not None:
-            self.support[slots] += support
+            if not self._derived:  # (derived counts were added with the payloads)
+                self._support[slots] += support
             zero = self.support[slots] == 0
         else:
             zero = self.ring.batch_is_negligible(self.ring.batch_take(self.payload, slots))
         if zero.any():
             dead = slots[zero]
             self.payload = self.ring.batch_clear(self.payload, dead)
-            self.support[dead] = 0
+            if not self._derived:
+                self._support[dead] = 0
             self.index.remove(dead)
         if self._secondary and (new.any() or zero.any()):
             added, removed = slots[new & ~zero], int(zero.sum())
@@ -138,9 +156,10 @@ class ViewStore:
         """Grow the payloads and counts to the index's capacity."""
         if self.index.capacity > self.ring.batch_len(self.payload):
             self.payload = self.ring.batch_resize(self.payload, self.index.capacity)
-            grown = np.zeros(self.index.capacity, dtype=np.int64)
-            grown[: self.support.size] = self.support
-            self.support = grown
+            if not self._derived:
+                grown = np.zeros(self.index.capacity, dtype=np.int64)
+                grown[: self._support.size] = self._support
+                self._support = grown
 
     def undo(self, record: tuple) -> None:
         """Take back an addition recorded in the journal: subtract it from compensated sums
@@ -163,7 +182,8 @@ class ViewStore:
         created = slots[new & (slots >= 0)]
         if created.size:
             self.payload = self.ring.batch_clear(self.payload, created)
-            self.support[created] = 0
+            if not self._derived:
+                self._support[created] = 0
             self.index.remove(created)
         kept = np.flatnonzero(~new)
         if kept.size:
@@ -173,7 +193,8 @@ class ViewStore:
             self.payload = self.ring.batch_scatter_add(
                 self.payload, slots, self.ring.batch_take(payload, kept)
             )
-            self.support[slots] = support[kept]
+            if not self._derived:
+                self._support[slots] = support[kept]
         self._secondary.clear()
 
     def matches(
