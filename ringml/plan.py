@@ -23,9 +23,11 @@ The maintainer validates batches and runs the triggers with :mod:`ringml.operato
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from .errors import SchemaError
 from .query import Query
 from .view_tree import ViewNode, ViewTree, has_siblings
 
@@ -232,6 +234,10 @@ def _connected_order(atoms, start: int) -> tuple[int, ...]:
     return tuple(order)
 
 
+#: the most views :func:`higher_order_plan` builds (a join of k atoms can need ~2^k)
+MAX_HIGHER_ORDER_VIEWS = 1024
+
+
 def higher_order_plan(
     query: Query, lifted: Iterable[str], updatable: Iterable[str] | None = None
 ) -> MaintenancePlan:
@@ -258,7 +264,8 @@ def higher_order_plan(
     lifted = frozenset(lifted)
     atoms = list(query.atoms)
     updatable = frozenset(query.relations if updatable is None else updatable)
-    order = {v: i for i, v in enumerate(query.variables)}
+    all_vars = query.variables
+    order = {v: i for i, v in enumerate(all_vars)}
     atom_vars = {a.name: set(a.variables) for a in atoms}
     leaf_id = {a.name: i for i, a in enumerate(atoms, start=1)}
     # views: (atoms in query order, keys) -> id; ids 0 (root), 1..k leaves, then in creation
@@ -278,9 +285,15 @@ def higher_order_plan(
             names.append(f"M{len(defs) - 1}@{'_'.join(members)}")
         return index[key]
 
-    work = [0]
+    work = deque([0])
     while work:
-        vid = work.pop(0)
+        if len(defs) > MAX_HIGHER_ORDER_VIEWS:
+            raise SchemaError(
+                f"higher_order would store more than {MAX_HIGHER_ORDER_VIEWS} delta views for "
+                f"this join of {len(atoms)} atoms ({[a.name for a in atoms]}); maintain it "
+                f"with strategy='fivm' (one view tree) or 'first_order'"
+            )
+        vid = work.popleft()
         members, keys = defs[vid]
         variables = set().union(*(atom_vars[m] for m in members))
         summed = variables - set(keys)
@@ -299,7 +312,8 @@ def higher_order_plan(
                 if new:
                     work.append(ids[-1])
             needs[vid][a] = _join_order(ids, atom_vars[a], defs)
-            marginalized = tuple(v for v in query.variables if v in summed & atom_vars[a])
+            mine = summed & atom_vars[a]
+            marginalized = tuple(v for v in all_vars if v in mine)
             steps[a].append(Step(vid, leaf_id[a], needs[vid][a], False, marginalized))
     # stored: the root and, recursively, the pieces updatable atoms' deltas read
     loading = _closure(needs, None)
@@ -312,7 +326,7 @@ def higher_order_plan(
 
     for vid, (members, keys) in enumerate(defs):
         variables = set().union(*(atom_vars[m] for m in members))
-        marginalized = tuple(v for v in query.variables if v in variables - set(keys))
+        marginalized = tuple(v for v in all_vars if v in variables - set(keys))
         views[spec_id(vid)] = ViewSpec(
             spec_id(vid),
             names[vid],
@@ -345,17 +359,25 @@ def higher_order_plan(
 
 
 def _pieces(members: list[str], atom_vars: Mapping[str, set[str]], summed: set[str]):
-    """The atoms grouped into pieces connected through the variables ``summed`` out."""
-    pieces: list[list[str]] = []
-    for m in members:
-        touching = [p for p in pieces if any(atom_vars[m] & atom_vars[q] & summed for q in p)]
-        merged = [m]
-        for p in touching:
-            pieces.remove(p)
-            merged = p + merged
-        pieces.append(merged)
-    order = {m: i for i, m in enumerate(members)}
-    return sorted((sorted(p, key=order.__getitem__) for p in pieces), key=lambda p: order[p[0]])
+    """The atoms grouped into pieces connected through the variables ``summed`` out
+    (union-find over the atoms, linked through each summed variable's first atom)."""
+    parent = list(range(len(members)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[str, int] = {}
+    for i, m in enumerate(members):
+        for v in atom_vars[m] & summed:
+            j = first.setdefault(v, i)
+            parent[find(i)] = find(j)
+    pieces: dict[int, list[str]] = {}
+    for i, m in enumerate(members):
+        pieces.setdefault(find(i), []).append(m)
+    return sorted(pieces.values(), key=lambda p: members.index(p[0]))
 
 
 def _join_order(ids: list[int], start: set[str], defs) -> tuple[int, ...]:

@@ -233,3 +233,17 @@ def test_a_pickled_maintainer_goes_on_as_the_original():
         mm.insert("R", pd.DataFrame({"A": [3], "B": [1]}))
     assert m.result() == copy.result() == {(1,): 4, (2,): 4, (3,): 4}
     assert m.description()["strategy"] == "higher_order"
+
+
+def test_a_join_needing_too_many_delta_views_is_refused_with_a_clear_error():
+    from ringml.errors import SchemaError
+
+    # a star whose leaves hang off a centre variable Y: a delta of any set of the S_i keeps
+    # the rest joined through Y, keyed by the removed ones' Z_i -- one view per subset
+    # (a star joined on the deltas' own variable, by contrast, decomposes: linear)
+    star = {f"R{i}": ["A", f"B{i}"] for i in range(14)}
+    assert len(Maintainer(Query(star), strategy="higher_order").plan.views) == 1 + 14 + 14
+    relations = {f"R{i}": ["Y", f"Z{i}"] for i in range(10)}
+    relations |= {f"S{i}": [f"Z{i}"] for i in range(10)}
+    with pytest.raises(SchemaError, match="more than 1024 delta views.*fivm"):
+        Maintainer(Query(relations), strategy="higher_order")
