@@ -13,6 +13,11 @@ nested aggregate's delta: re-evaluate it per changed key.
 
 When a batch changes a subquery that is uncorrelated, correlated by an inequality, read by
 membership or nested, every group may be affected: the result is rebuilt on the next read.
+
+MIN/MAX and COUNT/SUM/AVG(DISTINCT) are kept per output group too: after a batch, only the
+output groups it touched are read again (their engine groups, through the secondary index
+on the group-by keys) and their extremes and distinct values recomputed -- exact under
+deletes, never a pass over the whole view.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ import numpy as np
 
 from ..keyindex import KeyIndex
 from ..store import group_rows
-from .expressions import Col, truth
-from .logical import COUNT, SubqueryPlan, ViewPlan
+from .expressions import DTYPES, Col, truth
+from .logical import COUNT, HIDDEN_AGGREGATES, SubqueryPlan, ViewPlan
 
 
 class ResidualResult:
@@ -39,6 +44,12 @@ class ResidualResult:
         self.sums = {
             c.name: np.zeros(self.index.capacity, dtype=np.int64 if c.integer else np.float64)
             for c in plan.components
+        }
+        # MIN/MAX/DISTINCT per output group, set for the groups a batch touched
+        self.values = {
+            a.slot: np.zeros(self.index.capacity, dtype=DTYPES[a.type])
+            for a in plan.aggregates
+            if a.function in HIDDEN_AGGREGATES
         }
 
     def _keys(self, codes: np.ndarray) -> np.ndarray:
@@ -64,11 +75,37 @@ class ResidualResult:
                 held[dead] = 0
             self.index.remove(dead)
 
+    def set_values(self, slot: str, codes: np.ndarray, values: np.ndarray) -> None:
+        """The value of a MIN/MAX/DISTINCT aggregate for output groups (visible
+        ``codes``); groups that do not exist are skipped."""
+        slots = self.index.lookup(self._keys(codes))
+        found = slots >= 0
+        held = self.values[slot]
+        dtype = held.dtype if held.dtype == values.dtype else np.result_type(held, values)
+        if held.size < self.index.capacity or dtype != held.dtype:
+            grown = np.zeros(self.index.capacity, dtype=dtype)
+            grown[: held.size] = held
+            held = self.values[slot] = grown
+        held[slots[found]] = values[found]
+
+    def exist(self, codes: np.ndarray) -> np.ndarray:
+        """Which output groups (visible ``codes``) exist."""
+        return self.index.lookup(self._keys(codes)) >= 0
+
+    def get_values(self, slot: str, codes: np.ndarray) -> np.ndarray:
+        """A MIN/MAX/DISTINCT aggregate's value for existing output groups (visible
+        ``codes``; anything for the others)."""
+        slots = self.index.lookup(self._keys(codes))
+        held = self.values[slot]
+        return held[np.clip(slots, 0, max(held.size - 1, 0))] if held.size else held[:0]
+
     def read(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """The output groups' visible codes and component sums."""
+        """The output groups' visible codes, component sums and MIN/MAX/DISTINCT values."""
         slots = self.index.live_slots()
         codes = self.index.keys[slots][:, : len(self.visible)]
-        return codes, {name: held[slots] for name, held in self.sums.items()}
+        out = {name: held[slots] for name, held in self.sums.items()}
+        out.update({name: held[slots] for name, held in self.values.items()})
+        return codes, out
 
 
 def _sum_by(values: np.ndarray, inverse: np.ndarray, m: int) -> np.ndarray:
@@ -117,7 +154,9 @@ def affected_groups(
 
 
 def passing(plan: ViewPlan, env, n: int, count: np.ndarray) -> np.ndarray:
-    """Which groups exist and pass the residual filter."""
+    """Which groups exist and pass the residual filter (if any)."""
     if not n:
         return np.zeros(0, dtype=bool)
+    if plan.residual is None:
+        return count > 0
     return truth(plan.residual, env, n) & (count > 0)

@@ -70,36 +70,6 @@ class GroupKeys(Mapping):
         return GroupKeys(self._maintainer, self._free, self._codes[rows])
 
 
-def collapse(
-    plan: ViewPlan,
-    maintainer: Maintainer,
-    codes: np.ndarray,
-    components: dict,
-    lookups: Mapping[str, Callable] | None = None,
-) -> tuple[GroupKeys, dict]:
-    """The engine's groups (``codes`` in ``query.free`` order and their components) as
-    the view's groups: those passing the residual filter (``lookups``: per subquery slot
-    ``#sI`` its lookup), summed over the hidden keys, with the MIN/MAX/DISTINCT aggregates
-    taken over each group's values of their hidden key."""
-    free = list(maintainer.query.free)
-    if plan.residual is not None:
-        env = _KeyEnv(plan, maintainer, codes, lookups or {})
-        keep = truth(plan.residual, env, len(codes))
-        codes = codes[keep]
-        components = {name: values[keep] for name, values in components.items()}
-    visible = [v for v, _ in plan.keys if v not in plan.hidden]
-    unique, inverse = group_rows(codes[:, [free.index(v) for v in visible]])
-    m = len(unique)
-    out = {name: _group_sum(p, inverse, m) for name, p in components.items()}
-    kinds = dict(plan.keys)
-    for a in plan.aggregates:
-        if a.function in HIDDEN_AGGREGATES:
-            column = free.index(a.argument)
-            values = decoded(maintainer, a.argument, codes[:, column], kinds[a.argument])
-            out[a.slot] = _hidden_aggregate(a.function, values, inverse, m)
-    return GroupKeys(maintainer, visible, unique), out
-
-
 class _KeyEnv(dict):
     """What a residual condition reads: key columns decoded on first use and the
     subqueries' lookups."""
@@ -215,15 +185,6 @@ def _range_sums(sub: SubqueryPlan, rows: pd.DataFrame, value: np.ndarray, values
     return sums, None
 
 
-def _group_sum(values: np.ndarray, inverse: np.ndarray, m: int) -> np.ndarray:
-    """Per group the sum of ``values`` (exact for integers)."""
-    if values.dtype.kind in "iub":
-        out = np.zeros(m, dtype=np.int64)
-        np.add.at(out, inverse, values.astype(np.int64, copy=False))
-        return out
-    return np.bincount(inverse, weights=values, minlength=m).astype(np.float64, copy=False)
-
-
 def _hidden_aggregate(function: str, values: np.ndarray, inverse: np.ndarray, m: int):
     """MIN/MAX or COUNT/SUM/AVG(DISTINCT) of ``values`` per group (``inverse``: group ids
     0..m-1, every group present)."""
@@ -279,9 +240,7 @@ class View:
         self.derived = [(table, View(f"{name}{table}", p, strategy)) for table, p in plan.derived]
         self._delta = None  # the engine's change of the result in the last apply
         # a residual filter without MIN/MAX/DISTINCT: its filtered result is kept per batch
-        self._incremental = plan.residual is not None and not any(
-            a.function in HIDDEN_AGGREGATES for a in plan.aggregates
-        )
+        self._hidden_aggregates = [a for a in plan.aggregates if a.function in HIDDEN_AGGREGATES]
         self._refs = (  # per subquery of the residual: its correlated outer arguments
             {n.index: n.args for n in plan.residual.walk() if isinstance(n, SubqueryRef)}
             if plan.residual is not None
@@ -318,22 +277,15 @@ class View:
     def to_pandas(self) -> pd.DataFrame:
         """The view's current rows (ORDER BY/LIMIT applied)."""
         lookups = self._lookups()
-        if self._incremental:
+        if self.plan.collapsed:  # the filtered, collapsed result kept per batch
             if self._result is None:
                 self._result = self._rebuild()
             codes, components = self._result.read()
             keys = GroupKeys(self.maintainer, self._result.visible, codes)
             return view_rows(self.plan, keys, components, lookups)
         groups = self.maintainer.groups()
-        parts = _parts(groups.payload)
-        components = {c.name: p for c, p in zip(self.plan.components, parts, strict=True)}
-        if self.plan.collapsed:
-            keys, components = collapse(
-                self.plan, self.maintainer, groups.codes, components, lookups
-            )
-        else:
-            keys = GroupKeys(self.maintainer, groups.free, groups.codes)
-        return view_rows(self.plan, keys, components, lookups)
+        keys = GroupKeys(self.maintainer, groups.free, groups.codes)
+        return view_rows(self.plan, keys, self._components(groups.payload), lookups)
 
     def _lookups(self, frames: Mapping[int, pd.DataFrame] | None = None) -> dict:
         """Per subquery slot ``#sI`` its lookup, built on first use from its view's rows
@@ -356,7 +308,73 @@ class View:
         keep = passing(self.plan, env, len(codes), components[COUNT])
         result = ResidualResult(self.plan, tuple(self.maintainer.query.free))
         result.add(codes[keep], {name: values[keep] for name, values in components.items()})
+        self._set_hidden(result, codes[keep])
         return result
+
+    def _set_hidden(self, result: ResidualResult, codes: np.ndarray) -> None:
+        """MIN/MAX/DISTINCT of the output groups of ``codes`` (engine groups that pass the
+        filter, every one of those output groups' passing groups among them)."""
+        if not self._hidden_aggregates:
+            return
+        unique, inverse = group_rows(codes[:, result.columns])
+        kinds, free = dict(self.plan.keys), result.free
+        for a in self._hidden_aggregates:
+            column = codes[:, free.index(a.argument)]
+            values = decoded(self.maintainer, a.argument, column, kinds[a.argument])
+            result.set_values(
+                a.slot, unique, _hidden_aggregate(a.function, values, inverse, len(unique))
+            )
+
+    def _touched(self, result, codes, old: np.ndarray, new: np.ndarray, existed) -> None:
+        """MIN/MAX/DISTINCT of the output groups the affected engine groups ``codes``
+        belong to (``old``/``new``: whether each passed before/after the batch;
+        ``existed``: per output group of ``codes``, in ``group_rows`` order, whether it
+        existed before).  A MIN/MAX moves to a value that came in, unless a value equal to
+        it left: only then (or for DISTINCT) are the group's engine groups read again."""
+        if not self._hidden_aggregates or not len(codes):
+            return
+        visible, inverse = group_rows(codes[:, result.columns])
+        alive = result.exist(visible)
+        again = alive & any(a.function not in ("min", "max") for a in self._hidden_aggregates)
+        came, left = new & ~old, old & ~new
+        kinds, free = dict(self.plan.keys), result.free
+        updates = []
+        for a in self._hidden_aggregates:
+            if a.function not in ("min", "max"):
+                continue
+            values = decoded(
+                self.maintainer, a.argument, codes[:, free.index(a.argument)], kinds[a.argument]
+            )
+            current = result.get_values(a.slot, visible)
+            hit = left & existed[inverse] & (values == current[inverse])
+            again[np.unique(inverse[hit])] = True
+            if came.any():
+                groups = pd.Series(values[came]).groupby(inverse[came], sort=True)
+                best = groups.min() if a.function == "min" else groups.max()
+                ids, best = best.index.to_numpy(), best.to_numpy()
+                before = existed[ids]  # compared only where the group had a value
+                better = np.zeros(ids.size, dtype=bool)
+                was, now_ = current[ids][before], best[before]
+                better[before] = (now_ < was) if a.function == "min" else (now_ > was)
+                take = ~before | better
+                updates.append((a.slot, ids[take], best[take]))
+        for slot, ids, values in updates:
+            keep = ~again[ids]
+            result.set_values(slot, visible[ids[keep]], values[keep])
+        if again.any():
+            self._reread(result, visible[again])
+
+    def _reread(self, result: ResidualResult, visible: np.ndarray) -> None:
+        """Recompute MIN/MAX/DISTINCT of output groups from all their engine groups."""
+        maintainer = self.maintainer
+        if result.visible:
+            values = [maintainer.decode(v, visible[:, j]) for j, v in enumerate(result.visible)]
+            codes = maintainer.groups_matching(result.visible, values)
+        else:
+            codes = maintainer.groups().codes
+        now = self._components(maintainer.groups(at=codes).payload)
+        env = _KeyEnv(self.plan, maintainer, codes, self._lookups())
+        self._set_hidden(result, codes[passing(self.plan, env, len(codes), now[COUNT])])
 
     def _refresh(self, changed_subqueries: list[int], before: Mapping[int, pd.DataFrame]):
         """Filter again the engine groups the last batch affected (see
@@ -382,10 +400,12 @@ class View:
         new = passing(plan, _KeyEnv(plan, maintainer, codes, self._lookups()), n, now[COUNT])
         old_env = _KeyEnv(plan, maintainer, codes, self._lookups(before))
         old = passing(plan, old_env, n, then[COUNT])
+        existed = self._result.exist(group_rows(codes[:, self._result.columns])[0])
         self._result.add(
             codes,
             {name: np.where(new, now[name], 0) - np.where(old, then[name], 0) for name in now},
         )
+        self._touched(self._result, codes, old, new, existed)
 
     def _invalidate(self) -> None:
         """Drop the kept filtered results (after an undone batch): rebuilt on read."""
