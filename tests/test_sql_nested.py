@@ -303,3 +303,29 @@ def test_a_batch_rejected_by_a_later_view_leaves_the_new_view_kinds_unchanged():
     expected = duckdb_results({n: gmr_sql(sql) for n, (sql, _) in views.items()}, tables)
     for name in views:
         assert_same_rows(db.view(name).to_pandas(), expected[name], f"{name} afterwards")
+
+
+def test_the_new_view_kinds_pickle_and_resume():
+    """A database with hidden-key, residual, subquery and derived-table views pickles (a
+    checkpoint) and the restored one follows the stream as DuckDB does."""
+    import pickle
+
+    db = Database(SCHEMA)
+    db.insert("R", {"a": [1, 2, 3, 1], "b": [0, 1, 1, 2], "x": [0.5, 1.5, 2.0, -1.25]})
+    db.insert("S", {"b": [0, 1, 2], "c": ["p", "q", "q"], "y": [3, 4, 0]})
+    views = {**{k: VIEWS[k] for k in ("minmax_having_order", "distinct")}, **SUBQUERIES}
+    views.update(RESIDUAL)
+    views.update({k: DERIVED[k] for k in ("derived_join", "having_subquery")})
+    for name, (sql, _) in views.items():
+        db.create_view(name, sql).to_pandas()
+    restored = pickle.loads(pickle.dumps(db))
+    for step in (
+        [UpdateBatch.deletes("R", {"a": [1], "b": [0], "x": [0.5]})],
+        [UpdateBatch.inserts("R", {"a": [2, 0], "b": [0, 2], "x": [3.75, 2.0]})],
+        [UpdateBatch.inserts("S", {"b": [1], "c": ["p"], "y": [5]})],
+    ):
+        restored.apply(step)
+        tables = {t: restored.table(t) for t in restored.catalog}
+        expected = duckdb_results({n: gmr_sql(sql) for n, (sql, _) in views.items()}, tables)
+        for name in views:
+            assert_same_rows(restored.view(name).to_pandas(), expected[name], name)

@@ -3,8 +3,12 @@ by SELECT statements, kept fresh through inserts, deletes and updates, read as D
 Arrow tables or subscribed to as diffs.
 
 Parsing is sqlglot's (imported here, never by ``import ringml``); the compiler binds names,
-checks types and turns a SELECT into one engine query over its FROM items; errors name the
-construct and its line and column.  :func:`training_join` turns a SELECT of feature columns
+checks types and turns a SELECT into one engine query over its FROM items -- plus, beyond
+select-project-join-aggregate, hidden keys, a residual filter and views of its subqueries
+and aggregate derived tables (MIN/MAX, DISTINCT aggregates, inequality joins, OR across
+tables, scalar/IN/EXISTS/ALL/ANY subqueries, HAVING: see :mod:`ringml.sql.compiler`);
+errors name the construct and its line and column.  DBToaster's Fig. 7 queries are in
+:mod:`ringml.sql.dbtoaster_queries`.  :func:`training_join` turns a SELECT of feature columns
 FROM a join into the covariance query a model keeps fresh (the estimators take SQL text too).
 :class:`StreamDatabase` adds stream tables and views over windows of them (``RANGE 10
 MINUTES``), their expired rows applied as deletes.

@@ -1,7 +1,7 @@
 """SQL text -> :class:`~ringml.sql.logical.ViewPlan` (sqlglot parses; this module binds names,
 checks types and normalizes).
 
-The view class: SELECT-FROM-WHERE-GROUP BY-HAVING-ORDER BY-LIMIT over inner joins (comma,
+The SPJA core: SELECT-FROM-WHERE-GROUP BY-HAVING-ORDER BY-LIMIT over inner joins (comma,
 ``JOIN ... ON``, ``NATURAL JOIN``, ``USING``), table aliases and self-joins, derived tables
 and CTEs without aggregates (inlined).  WHERE/ON conjuncts that are selections on one FROM
 item or equalities between expressions of two items (joins: union-find of join terms, one
@@ -11,26 +11,30 @@ product of connected pieces.  Group-by keys are expressions of one item.
 sum of products of per-item factors (NULLs tracked by a second such sum), so each distinct
 product becomes one ring component.
 
-Beyond SPJA (DBToaster's query class), every construct keeps the engine's part maintained
-incrementally by the chosen strategy and adds a step on read:
+Beyond SPJA (DBToaster's query class); every engine part is maintained incrementally by the
+view's strategy, and what is read after it is kept per batch (:mod:`ringml.sql.residual`):
 
 * ``MIN``/``MAX`` and ``COUNT``/``SUM``/``AVG(DISTINCT x)`` over an expression of one item:
   ``x`` becomes a *hidden key* -- the engine keeps the multiset of its values per group,
-  exact under deletes -- and a read collapses the hidden keys, taking each group's extreme
-  or distinct values.
-* Any other WHERE conjunct over several items (inequality and band joins, ``OR`` across
-  tables, ...): its columns become hidden keys and the condition filters the engine's groups
-  on read (the *residual* filter), before they collapse.
-* Subqueries in WHERE, each maintained as a view of its own (:class:`SubqueryPlan`) keyed by
-  its correlated inner expressions and looked up per outer group by the residual: scalar
-  subqueries with aggregates, uncorrelated or correlated by equalities and at most one
-  inequality (SUM/COUNT summed over the range by prefix sums); ``EXISTS``/``NOT EXISTS``,
-  ``IN``/``NOT IN`` and ``op ALL``/``op ANY|SOME`` as row counts with the comparison as a
-  correlation; ``IN`` over an uncorrelated grouped subquery (GROUP BY/HAVING) as membership
-  in its maintained rows; FROM-less ``(SELECT SUM(c) WHERE cond)``.  An empty SUM or COUNT
-  subquery is 0 (ring semantics, as in DBToaster), AVG/MIN/MAX NULL.
+  exact under deletes -- and the output groups collapse the hidden keys.
+* Any other WHERE conjunct over several items -- inequality and band joins, ``OR`` across
+  tables, conditions on subqueries: its columns become hidden keys and the condition (the
+  *residual* filter) selects the engine groups that count.
+* Subqueries in WHERE, SELECT and HAVING, each maintained as a view of its own
+  (:class:`SubqueryPlan`) keyed by its correlated inner expressions and looked up per outer
+  group: scalar subqueries with aggregates, uncorrelated or correlated by equalities and at
+  most one inequality (a SUM/COUNT summed over the range by prefix sums); ``EXISTS``/``NOT
+  EXISTS``, ``IN``/``NOT IN`` and ``op ALL``/``op ANY|SOME`` as row counts with the
+  comparison as a correlation; ``IN`` over an uncorrelated grouped subquery as membership in
+  its rows; FROM-less ``(SELECT SUM(c) WHERE cond)``.  An empty SUM or COUNT subquery is 0
+  (ring semantics, as in DBToaster; ``dbtoaster_queries.gmr_sql`` is the SQL another database
+  runs for the same answer), AVG/MIN/MAX NULL.
+* Derived tables and CTEs with GROUP BY, HAVING or DISTINCT: a view of their own whose row
+  changes feed one atom of the outer view.
 
-Anything else raises a :class:`SqlError` naming the construct and its position.
+Anything else (outer joins, window functions, set operations, MIN/MAX over several items,
+subqueries correlated by several inequalities or outside WHERE/SELECT/HAVING, ...) raises a
+:class:`SqlError` naming the construct and its position.
 """
 
 from __future__ import annotations

@@ -6,6 +6,15 @@ ring (GMR) semantics: scalar subqueries over SUM are 0, not NULL, when empty.
 TPC-H queries use the standard TPC-H column names (``tests/test_sql_tpch.py``'s DDL and
 ``tpchgen-cli`` data); the finance queries read ``bids`` and ``asks`` with columns
 ``(t, id, broker_id, price, volume)`` (:data:`FINANCE_SCHEMA`).
+
+All twelve compile into views of every strategy (``fivm``, ``first_order``, ``recompute``,
+``higher_order``), checked against DuckDB on random insert/delete streams and on the notes'
+T7/T8 traces (``tests/test_sql_dbtoaster.py``).  How: Q3, Q11, SSB4 and BSV are SPJA; BSP
+and AXF are equality joins whose inequality / disjunction is a residual filter over the
+engine's groups by (broker, compared columns); Q17 and Q18 (FROM-less middle level) compare
+with an equality-correlated SUM subquery, Q22 with an uncorrelated one and a COUNT
+correlated by customer, VWAP and MST with SUMs correlated by an inequality (prefix sums),
+PSP with uncorrelated SUMs.
 """
 
 from __future__ import annotations
