@@ -29,8 +29,9 @@ Streams (built once in the parent, pickled, replayed by every system):
 A *refresh* is one atomic apply of a refresh's batches followed by reading the view's rows
 (``view.to_pandas()``; DuckDB: INSERT/DELETE, then the query); refreshes per second =
 refreshes done / their summed time.  DBToaster refreshed after every single tuple; here a
-refresh carries ``--batch-size`` tuples (TPC-H) or messages (finance), so tuples per second
-are reported too.
+refresh carries ``--batch-size`` tuples (TPC-H) or messages (finance), or ``--refresh-size``
+(a slice of a batch; 1: DBToaster's single-tuple refreshes), so tuples per second are
+reported too.
 
 Systems, each (query, system) in its own subprocess, interleaved per repeat (the order
 rotates), all importing one snapshot of the engine (the committed ``HEAD``'s; ``--worktree``
@@ -202,7 +203,12 @@ def tpch(args, log) -> Stream:
     tables, batches = tpch_stream(
         frames, STREAMED, batch_size=args.batch_size, seed=args.seed, live_orders=args.live_orders
     )
-    refreshes = [[(b.relation, b.row_ids, b.multiplicity)] for b in batches]
+    step = args.refresh_size or args.batch_size  # a refresh: a slice of a batch
+    refreshes = [
+        [(b.relation, b.row_ids[i : i + step], b.multiplicity[i : i + step])]
+        for b in batches
+        for i in range(0, len(b), step)
+    ]
     return Stream("tpch", {t: frames[t] for t in STATIC}, tables, refreshes)
 
 
@@ -224,7 +230,9 @@ def finance(args) -> Stream:
         sources[table] = updates.iloc[rows][list(FINANCE_COLUMNS)].reset_index(drop=True)
     refreshes = [
         [(b.relation, position[b.row_ids], b.multiplicity) for b in r.batches]
-        for r in order_book_stream(updates, args.batch_size, messages=args.messages)
+        for r in order_book_stream(
+            updates, args.refresh_size or args.batch_size, messages=args.messages
+        )
     ]
     return Stream("finance", {}, sources, refreshes)
 
@@ -524,6 +532,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=None, help="finance (default 100k)")
     parser.add_argument("--live-orders", type=int, default=30_000)
     parser.add_argument("--batch-size", type=int, default=100, help="tuples / messages")
+    parser.add_argument("--refresh-size", type=int, default=None,
+                        help="tuples (messages) per refresh, default the batch size: e.g. 1 "
+                        "refreshes after every TPC-H tuple of the batches")  # fmt: skip
     parser.add_argument("--queries", nargs="+", choices=ORDER, default=list(ORDER))
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     parser.add_argument("--seed", type=int, default=0)
@@ -690,8 +701,9 @@ def main(argv: list[str] | None = None) -> int:
         "load average (1/5/15 min)": f"{base._load(load_start)} at start, {base._load(load_end)} "
         "at end",
         "streams": f"TPC-H SF {args.sf:g}, batches of {args.batch_size} tuples, at most "
-        f"{args.live_orders:,} live orders; finance {args.messages:,} messages, refreshes of "
-        f"{args.batch_size} messages; seed {args.seed}",
+        f"{args.live_orders:,} live orders, refreshes of {args.refresh_size or args.batch_size} "
+        f"tuples; finance {args.messages:,} messages, refreshes of "
+        f"{args.refresh_size or args.batch_size} messages; seed {args.seed}",
         "budget": f"{args.budget_seconds:g} s of refreshes per run, {args.repeats} repeat(s), "
         f"the first {args.preload:.0%} of each stream preloaded",
     }  # fmt: skip
