@@ -86,7 +86,7 @@ from typing import Any
 
 import numpy as np
 from ringml.rings.base import Ring, RingError, check_code_maps, recode_column
-from ringml.rings.covariance import CovarianceStatistics, choose_shift
+from ringml.rings.covariance import CovarianceStatistics, _run_lengths, choose_shift
 
 __all__ = ["GCPayload", "GCBatch", "GeneralizedCovarianceRing"]
 
@@ -455,7 +455,7 @@ def _scatter_rows(x: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarra
         first[0] = True
         np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
         starts = np.flatnonzero(first)
-        lengths = np.diff(starts, append=n)
+        lengths = _run_lengths(starts, n)
         longest = int(lengths.max())
         if longest <= _SCATTER_ROUNDS:
             # each group's rows in row order, from 0.0 (so -0.0 turns 0.0): bincount's sums

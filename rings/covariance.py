@@ -192,6 +192,16 @@ def _fused_plan(ks: tuple[int, ...]) -> _FusedPlan:
 _PAIRWISE_BLOCK = 8
 
 
+def _run_lengths(starts: np.ndarray, n: int) -> np.ndarray:
+    """Lengths of the runs starting at ``starts`` (increasing, ``starts[0] == 0``) of ``n``
+    items: ``np.diff(starts, append=n)`` without its wrapper's cost (a broadcast and a
+    concatenation per call)."""
+    lengths = np.empty_like(starts)
+    np.subtract(starts[1:], starts[:-1], out=lengths[:-1])
+    lengths[-1] = n - starts[-1]
+    return lengths
+
+
 def _segment_sums_rows(a: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """``np.add.reduceat(a, starts, axis=1).T`` of a C-contiguous ``(w, n)`` array, bit for
     bit, when most segments are one column: the columns become rows (one copy), every
@@ -200,7 +210,7 @@ def _segment_sums_rows(a: np.ndarray, starts: np.ndarray) -> np.ndarray:
     and row of ``a``.  Segments longer than ``_PAIRWISE_BLOCK`` go through reduceat."""
     n = a.shape[1]
     rows = np.ascontiguousarray(a.T)
-    lengths = np.diff(starts, append=n)
+    lengths = _run_lengths(starts, n)
     multi = np.flatnonzero(lengths > 1)
     if multi.size:
         more = lengths[multi]
@@ -1437,7 +1447,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         starts = np.flatnonzero(np.concatenate(([True], groups[1:] != groups[:-1])))
         keys = groups[starts]
         if weights is None:
-            count = np.diff(starts, append=n)
+            count = _run_lengths(starts, n)
         else:
             count = np.add.reduceat(weights, starts)
         if starts.size < n < 2 * starts.size:  # mostly one row per group (shuffled rows)
