@@ -45,6 +45,12 @@ class Rows:
     support: np.ndarray | None = None  # exact derivation counts, when tracked
 
 
+def _key_columns(columns: list[np.ndarray]) -> np.ndarray:
+    """Key columns side by side, ``(n, len(columns))``: ``np.column_stack``, or for one
+    column an ``(n, 1)`` view of it (no copy; keys in flight are never written)."""
+    return columns[0][:, None] if len(columns) == 1 else np.column_stack(columns)
+
+
 def group_sum(values: np.ndarray | None, groups: np.ndarray | None, n_groups: int):
     """Exact per-group sums of int64 derivation counts (None passes through)."""
     if values is None:
@@ -118,7 +124,7 @@ def group(ctx: Context, cols, keys: Sequence[str], factors: list, support) -> Ro
     """``⊕`` of the product of ``factors`` grouped by ``keys``."""
     ring = ctx.ring
     if keys:
-        unique, groups = group_rows(np.column_stack([cols[v] for v in keys]))
+        unique, groups = group_rows(_key_columns([cols[v] for v in keys]))
         return Rows(
             {v: unique[:, j] for j, v in enumerate(keys)},
             {},
@@ -148,7 +154,7 @@ def join(
             break
         known = [v for v in keys if v in cols]
         probe = (
-            np.column_stack([cols[v] for v in known])
+            _key_columns([cols[v] for v in known])
             if known
             else np.zeros((rows.size, 0), dtype=np.int64)
         )
@@ -207,7 +213,7 @@ def step(ctx: Context, view: ViewSpec, siblings: Sequence[Member], delta: Rows) 
         for store, slots in sibling_slots:
             support = support * store.support[slots]
     if view.keys:
-        unique, groups = group_rows(np.column_stack([cols[v] for v in view.keys]))
+        unique, groups = group_rows(_key_columns([cols[v] for v in view.keys]))
         n_groups = unique.shape[0]
         codes = {v: unique[:, j] for j, v in enumerate(view.keys)}
     else:
@@ -244,7 +250,7 @@ def step(ctx: Context, view: ViewSpec, siblings: Sequence[Member], delta: Rows) 
 
 def add_grouped(ctx: Context, store: ViewStore, keys: Sequence[str], rows: Rows) -> None:
     """Add rows (any keys, repeated ones too) to a store: grouped by ``keys`` first."""
-    unique, groups = group_rows(np.column_stack([rows.codes[v] for v in keys]))
+    unique, groups = group_rows(_key_columns([rows.codes[v] for v in keys]))
     n = unique.shape[0]
     store.add(
         unique,
@@ -256,7 +262,7 @@ def add_grouped(ctx: Context, store: ViewStore, keys: Sequence[str], rows: Rows)
 def add(ctx: Context, store: ViewStore, keys: Sequence[str], rows: Rows) -> None:
     """Add a step's delta (one row per key) to a store."""
     codes = (
-        np.column_stack([rows.codes[v] for v in keys])
+        _key_columns([rows.codes[v] for v in keys])
         if keys
         else np.zeros((ctx.ring.batch_len(rows.payload), 0), dtype=np.int64)
     )
@@ -307,7 +313,7 @@ def temporary_store(ctx: Context, f: Rows) -> ViewStore:
     keys = tuple(f.codes)
     store = ViewStore(keys, ctx.ring)
     if keys:
-        unique, groups = group_rows(np.column_stack([f.codes[v] for v in keys]))
+        unique, groups = group_rows(_key_columns([f.codes[v] for v in keys]))
     else:
         unique = np.zeros((1, 0), dtype=np.int64)
         groups = np.zeros(ctx.ring.batch_len(payload(ctx, f)), dtype=np.int64)
@@ -337,7 +343,7 @@ def add_product(ctx: Context, store: ViewStore, keys: Sequence[str], factors: li
             support = f.support[idx] if support is None else support * f.support[idx]
         cols.update({v: c[idx] for v, c in f.codes.items()})
     if keys:
-        unique, groups = group_rows(np.column_stack([cols[v] for v in keys]))
+        unique, groups = group_rows(_key_columns([cols[v] for v in keys]))
     else:
         unique, groups = np.zeros((1, 0), dtype=np.int64), np.zeros(total, dtype=np.int64)
     store.add(
