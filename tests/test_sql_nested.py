@@ -84,7 +84,14 @@ RESIDUAL = {
         "AND e1.dst > e2.dst GROUP BY e1.src",
         [],
     ),
+    "range_expressions": (
+        "SELECT R.a, SUM(R.x * S.y) AS s, SUM(S.y) AS sy, COUNT(*) AS n FROM R, S "
+        "WHERE R.b = S.b AND R.x + 1 >= S.y * 0.5 GROUP BY R.a",
+        [],
+    ),
 }
+#: the views of RESIDUAL read as two side views joined by prefix sums (ringml.sql.rangejoin)
+RANGE_JOINS = ("inequality", "self_inequality", "range_expressions")
 
 #: scalar subqueries, IN / EXISTS / NOT EXISTS / ALL / SOME
 SUBQUERIES = {
@@ -258,6 +265,14 @@ def test_min_max_distinct_follow_duckdb(stream):
 @given(streams(max_rows=8, max_steps=6))
 def test_inequality_joins_and_disjunctions_follow_duckdb(stream):
     run_stream(RESIDUAL, *stream)
+
+
+def test_two_items_joined_by_an_inequality_are_two_side_views():
+    db = Database(SCHEMA)
+    for name, (sql, _) in RESIDUAL.items():
+        explained = db.create_view(name, sql).explain()
+        two_sided = "inequality join of two side views" in explained
+        assert two_sided == (name in RANGE_JOINS), name
 
 
 @settings(max_examples=8, **SETTINGS)

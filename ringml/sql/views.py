@@ -28,6 +28,7 @@ from .errors import SqlNameError
 from .expressions import DTYPES, EvaluationError, SubqueryRef, as_numbers, truth
 from .logical import COUNT, HIDDEN_AGGREGATES, AtomPlan, SubqueryPlan, ViewPlan
 from .output import key_column, row_changes, view_rows
+from .rangejoin import RangeJoin, range_join
 from .residual import ResidualResult, affected_groups, incremental_subquery, passing
 from .tables import TableChange, TableStore, check_batches
 
@@ -226,8 +227,15 @@ class View:
         self.plan = plan
         self.strategy = strategy
         self.query = plan.query()
+        # two items joined by an inequality: two side views joined on read (rangejoin)
+        shape = range_join(plan) if plan.residual is not None else None
+        self.range = RangeJoin(shape, plan, strategy) if shape is not None else None
         # the database checks deletes against its tables once, for every view
-        self.maintainer = Maintainer(self.query, strategy=strategy, trust_deletes=True)
+        self.maintainer = (
+            self.range.a
+            if self.range is not None
+            else Maintainer(self.query, strategy=strategy, trust_deletes=True)
+        )
         self._subscribers: list[Subscription] = []
         self._by_table: dict[str, list[AtomPlan]] = {}
         for atom in plan.atoms:
@@ -277,6 +285,10 @@ class View:
     def to_pandas(self) -> pd.DataFrame:
         """The view's current rows (ORDER BY/LIMIT applied)."""
         lookups = self._lookups()
+        if self.range is not None:
+            codes, components = self.range.read()
+            keys = GroupKeys(self.range.a, self.range.plan.visible, codes)
+            return view_rows(self.plan, keys, components, lookups)
         if self.plan.collapsed:  # the filtered, collapsed result kept per batch
             if self._result is None:
                 self._result = self._rebuild()
@@ -464,6 +476,12 @@ class View:
 
     def explain(self) -> str:
         """The logical plan and the engine's view tree (each subquery's after)."""
+        if self.range is not None:
+            sides = self.range.maintainers()
+            out = self.plan.describe() + "\ninequality join of two side views, read by prefix sums"
+            for alias, maintainer in sides.items():
+                out += f"\n-- side {alias}:\n" + maintainer.explain()
+            return out
         out = self.plan.describe() + "\n" + self.maintainer.explain()
         for _, view in self.derived:
             out += f"\n-- derived table view {view.name}:\n" + view.maintainer.explain()
@@ -508,7 +526,13 @@ class View:
                     rows = {c: diff[c].to_numpy() for c in diff.columns[:-1]}
                     derived[table] = (rows, diff[diff.columns[-1]].to_numpy(np.int64))
             batches = self.batches({**changes, **derived})
-            if batches:
+            if batches and self.range is not None:
+                for alias, maintainer in self.range.maintainers().items():
+                    mine = [b for b in batches if b.relation == alias]
+                    if mine:
+                        maintainer.apply(mine)
+                        applied.append((maintainer, mine))
+            elif batches:
                 self._delta = self.maintainer.apply(batches)
                 applied.append((self.maintainer, batches))
             if self._result is not None:
