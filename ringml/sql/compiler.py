@@ -19,7 +19,9 @@ view's strategy, and what is read after it is kept per batch (:mod:`ringml.sql.r
   exact under deletes -- and the output groups collapse the hidden keys.
 * Any other WHERE conjunct over several items -- inequality and band joins, ``OR`` across
   tables, conditions on subqueries: its columns become hidden keys and the condition (the
-  *residual* filter) selects the engine groups that count.
+  *residual* filter) selects the engine groups that count.  Two items joined by one
+  inequality are instead two side views joined on read by prefix sums
+  (:mod:`ringml.sql.rangejoin`).
 * Subqueries in WHERE, SELECT and HAVING, each maintained as a view of its own
   (:class:`SubqueryPlan`) keyed by its correlated inner expressions and looked up per outer
   group: scalar subqueries with aggregates, uncorrelated or correlated by equalities and at

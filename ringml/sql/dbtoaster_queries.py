@@ -10,8 +10,9 @@ TPC-H queries use the standard TPC-H column names (``tests/test_sql_tpch.py``'s 
 All twelve compile into views of every strategy (``fivm``, ``first_order``, ``recompute``,
 ``higher_order``), checked against DuckDB on random insert/delete streams and on the notes'
 T7/T8 traces (``tests/test_sql_dbtoaster.py``).  How: Q3, Q11, SSB4 and BSV are SPJA; BSP
-and AXF are equality joins whose inequality / disjunction is a residual filter over the
-engine's groups by (broker, compared columns); Q17 and Q18 (FROM-less middle level) compare
+is two side views (bids by broker and ``t``) joined on read by prefix sums; AXF an equality
+join whose disjunction of inequalities is a residual filter over the engine's groups by
+(broker, both prices); Q17 and Q18 (FROM-less middle level) compare
 with an equality-correlated SUM subquery, Q22 with an uncorrelated one and a COUNT
 correlated by customer, VWAP and MST with SUMs correlated by an inequality (prefix sums),
 PSP with uncorrelated SUMs.
