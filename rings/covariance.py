@@ -1124,7 +1124,9 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         out = self._zeros(1, union)
         if n == 0:
             return out
-        counts = np.stack([f.count for f in factors])
+        counts = np.empty((t, n), dtype=np.int64)  # (np.stack costs more than the copy)
+        for x, f in enumerate(factors):
+            counts[x] = f.count
         largest = np.abs(counts).max(axis=1)  # per factor; negative only if -2**63 wrapped
         if largest.min() >= 0 and n * np.prod(largest, dtype=np.float64) < _COUNT_SAFE:
             total = counts[0].copy()
