@@ -444,17 +444,19 @@ class BatchPreparer:
             )
         columns = self.query.relations[relation]
         frame = batch.rows
-        if frame.columns.has_duplicates:
+        names = frame.columns.tolist()
+        # the usual case, the relation's columns in order: no duplicate, missing or extra
+        # column, and no hash table of the names (pandas builds one per new frame)
+        same = names == list(columns)
+        if not same and frame.columns.has_duplicates:
             twice = frame.columns[frame.columns.duplicated()][0]
             raise BatchError(
                 f"relation {relation!r}: the batch has column {twice!r} more than once",
                 relation,
                 twice,
             )
-        names = frame.columns.tolist()
-        if names == list(columns):  # the usual case: no per-name lookups in the Index
-            missing = extra = []
-        else:
+        missing = extra = []
+        if not same:
             have, want = set(names), set(columns)
             missing = [c for c in columns if c not in have]
             extra = [c for c in names if c not in want]
