@@ -676,6 +676,7 @@ def main(argv: list[str] | None = None) -> int:
         row.append(f"{PAPER[q][0]:,.0f} / {PAPER[q][1]:,.1f} ({PAPER[q][0] / PAPER[q][1]:,.0f}x)")
         lines.append("| " + " | ".join(row) + " |")
     minutes = (datetime.now(UTC) - started).seconds / 60
+    threads = duckdb.connect().execute("select current_setting('threads')").fetchone()[0]
     engine = f"commit {commit}{' + uncommitted changes' if dirty else ''} (snapshot {engine_hash})"
     split = ["| query | " + " | ".join(systems) + " |", "|" + "---|" * (len(systems) + 1)]
     for q in queries:
@@ -695,7 +696,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": f"{started:%Y-%m-%d %H:%M} UTC, {minutes:.0f} min",
         "engine": engine,
         "python / numpy / pandas / duckdb": f"{platform.python_version()} / {np.__version__} / "
-        f"{pd.__version__} / {duckdb.__version__}",
+        f"{pd.__version__} / {duckdb.__version__} (default settings: {threads} threads)",
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} (shared "
         "with other sessions)",
         "load average (1/5/15 min)": f"{base._load(load_start)} at start, {base._load(load_end)} "
