@@ -1405,9 +1405,9 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         groups = np.asarray(groups)
         if groups.shape != (n,) or any(np.shape(c) != (n,) for c in columns):
             raise RingError(f"lift_block_sum_by needs {n} values and group ids per variable")
-        out = self._zeros(n_groups, block)
         if n == 0:
-            return out
+            return self._zeros(n_groups, block)
+        # (the result is allocated when needed: most grouped lifts return their sums)
         if groups.dtype.kind not in "iu" or groups.min() < 0 or groups.max() >= n_groups:
             raise RingError(f"group ids must be integers in [0, {n_groups})")
         x = np.empty((k, n))  # x[p]: the values of variables[p]
@@ -1433,7 +1433,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             weights = weights.astype(np.int64, copy=False)
             _check_count_sums(weights, groups, n_groups)
         if n_groups == 1 and n > _MATMUL_ROWS:  # one group: Σxxᵀ as one matrix product
-            return self._lift_sum_one(block, x, weights, out)
+            return self._lift_sum_one(block, x, weights, self._zeros(1, block))
         if n > 1 and not (groups[1:] >= groups[:-1]).all():
             order = np.argsort(groups, kind="stable")
             groups, x = groups[order], x[:, order]
@@ -1458,8 +1458,10 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             products = _segment_sums_rows(products, starts)
             if keys.size == n_groups:  # every group has rows: the sums are the batch
                 return self._batch(block, count, sums, products)
+            out = self._zeros(n_groups, block)
             out.count[keys], out.sums[keys], out.products[keys] = count, sums, products
             return out
+        out = self._zeros(n_groups, block)
         out.count[keys] = count
         if starts.size < n:
             x = np.add.reduceat(x, starts, axis=1)
