@@ -71,7 +71,8 @@ def order_book_messages(
     distance = rng.geometric(1.0 / spread_ticks, size=n) * tick
     lots = rng.integers(1, 51, size=n)
     walk = np.cumsum(rng.choice([-tick, 0, tick], size=n, p=[0.05, 0.9, 0.05]))
-    picks = rng.random(n)
+    picks = rng.random(n)  # which live order a message names
+    shares = rng.random(n)  # how much of it an execution takes
     live: list[int] = []  # ids of live orders
     book: dict[int, list] = {}  # id -> [side, volume, price]
     out_id = np.zeros(n, dtype=np.int64)
@@ -99,7 +100,7 @@ def order_book_messages(
             side, volume, price = book[order]
             out_id[i] = order
             if action == "E" and volume > 100:
-                executed = 100 * (1 + int(picks[i] * 1e6) % (volume // 100 - 1))
+                executed = 100 * (1 + int(shares[i] * (volume // 100 - 1)))
                 book[order][1] = volume - executed
                 out_volume[i], out_price[i] = executed, 0.0
             else:
