@@ -432,6 +432,16 @@ class Maintainer:
         _, slots = store.matches(tuple(store.keys.index(v) for v in variables), probe)
         return store.index.keys[slots][:, [store.keys.index(v) for v in self.query.free]]
 
+    def codes_of(self, variable: str, values) -> np.ndarray:
+        """The codes of ``variable``'s values, -1 for values never seen (no code is
+        assigned)."""
+        if variable not in self._dictionaries:
+            raise KeyError(f"unknown variable {variable!r}")
+        values = np.asarray(values)
+        if not values.size:
+            return np.zeros(0, dtype=np.int64)
+        return self._dictionaries[variable].lookup(values)
+
     def decode_numbers(self, variable: str, codes) -> np.ndarray:
         """The values of a numeric ``variable`` behind integer codes as one int64 array
         while every value is an integer, else float64 (each value converted once)."""

@@ -48,7 +48,7 @@ def _sum_terms(terms: Terms, components: Mapping[str, np.ndarray], n: int) -> np
     return total
 
 
-class _Env(dict):
+class Aggregated(dict):
     """The names expressions over the groups read, each computed on first use: key columns
     decoded, aggregates summed from the components, output columns (``#oI``) evaluated.
     A read that keeps few groups then decodes and evaluates only what it needs."""
@@ -125,7 +125,7 @@ def view_rows(
         components = {name: np.zeros(1, dtype=np.int64) for name in components}
     wanted = None if plan.limit is None else plan.offset + plan.limit
     if wanted is not None and plan.order and plan.grouped and n > 4 * wanted + 64:
-        chosen = _top_candidates(plan, _Env(plan, keys, components, n, lookups), n, wanted)
+        chosen = _top_candidates(plan, Aggregated(plan, keys, components, n, lookups), n, wanted)
         if chosen is not None:
             keys = (
                 keys.take(chosen)
@@ -134,7 +134,7 @@ def view_rows(
             )
             components = {name: values[chosen] for name, values in components.items()}
             n = chosen.size
-    env = _Env(plan, keys, components, n, lookups)
+    env = Aggregated(plan, keys, components, n, lookups)
     columns = {}
     for i, output in enumerate(plan.outputs):
         values, null = env[f"#o{i}"]
@@ -157,7 +157,7 @@ def view_rows(
     )
 
 
-def _top_candidates(plan: ViewPlan, env: _Env, n: int, wanted: int) -> np.ndarray | None:
+def _top_candidates(plan: ViewPlan, env: Aggregated, n: int, wanted: int) -> np.ndarray | None:
     """The groups (HAVING applied) whose first ORDER BY key is among the ``wanted``
     smallest in its order, ties included; None when the key has NULLs (sorted apart)."""
     first = plan.order[0]

@@ -116,17 +116,23 @@ def _sum_by(values: np.ndarray, inverse: np.ndarray, m: int) -> np.ndarray:
     return np.bincount(inverse, weights=values, minlength=m).astype(np.float64, copy=False)
 
 
-def incremental_subquery(sub: SubqueryPlan, ref_args: tuple) -> bool:
-    """Whether a change of this subquery affects only the outer groups with the changed
-    correlation values (a plain view keyed by equalities on outer columns)."""
+def keyed_subquery(sub: SubqueryPlan) -> bool:
+    """Whether a subquery is a plain view keyed by its equality correlations (its value
+    for given keys is read from its groups there, before or after a batch)."""
     return (
         sub.mode == "value"
         and sub.inequality is None
         and sub.equalities > 0
         and not sub.plan.collapsed
         and not sub.plan.subqueries
-        and all(isinstance(a, Col) and not a.source for a in ref_args)
+        and not sub.plan.derived
     )
+
+
+def incremental_subquery(sub: SubqueryPlan, ref_args: tuple) -> bool:
+    """Whether a change of this subquery affects only the outer groups with the changed
+    correlation values (keyed, correlated with outer columns)."""
+    return keyed_subquery(sub) and all(isinstance(a, Col) and not a.source for a in ref_args)
 
 
 def affected_groups(

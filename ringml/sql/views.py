@@ -12,7 +12,7 @@ or publish their diffs to subscribers after every batch (publish-subscribe mode)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +20,7 @@ import pandas as pd
 
 from ..batch import UpdateBatch
 from ..errors import BatchError, InputTypeError, RingmlError
+from ..keyindex import KeyIndex
 from ..maintainer import STRATEGIES, Maintainer
 from ..store import group_rows
 from .catalog import Catalog, TableSchema, parse_ddl
@@ -27,9 +28,15 @@ from .compiler import compile_view
 from .errors import SqlNameError
 from .expressions import DTYPES, EvaluationError, SubqueryRef, as_numbers, truth
 from .logical import COUNT, HIDDEN_AGGREGATES, AtomPlan, SubqueryPlan, ViewPlan
-from .output import key_column, row_changes, view_rows
+from .output import Aggregated, key_column, row_changes, view_rows
 from .rangejoin import RangeJoin, range_join
-from .residual import ResidualResult, affected_groups, incremental_subquery, passing
+from .residual import (
+    ResidualResult,
+    affected_groups,
+    incremental_subquery,
+    keyed_subquery,
+    passing,
+)
 from .tables import TableChange, TableStore, check_batches
 
 Subscriber = Callable[[pd.DataFrame], object]
@@ -92,6 +99,39 @@ def decoded(maintainer: Maintainer, variable: str, codes: np.ndarray, kind: str)
     if kind in ("int", "float"):
         return maintainer.decode_numbers(variable, codes).astype(DTYPES[kind], copy=False)
     return key_column(maintainer.decode(variable, codes), kind)
+
+
+class _KeyedLookup:
+    """A keyed subquery's values at the probed keys, read from its view's groups (minus
+    its last change with ``before``); no pass over its whole result."""
+
+    def __init__(self, sub: SubqueryPlan, view: View, before: bool) -> None:
+        self._sub, self._view, self._before = sub, view, before
+
+    def __call__(self, values, n):
+        view, sub = self._view, self._sub
+        maintainer = view.maintainer
+        free = list(maintainer.query.free)
+        codes = np.column_stack(
+            [maintainer.codes_of(v, values[j]) for j, v in enumerate(free)]
+            or [np.zeros(n, dtype=np.int64)]
+        ).reshape(n, len(free))
+        found = (codes >= 0).all(axis=1)
+        codes = np.where(found[:, None], codes, 0)
+        components = view._components(maintainer.groups(at=codes).payload)
+        delta = view._delta
+        if self._before and delta is not None and len(delta):
+            index = KeyIndex(len(free))
+            index.get_or_insert(delta.codes)
+            at = index.lookup(codes)
+            hit = (at >= 0) & found
+            for name, moved in view._components(delta.payload).items():
+                components[name] = components[name] - np.where(hit, moved[np.maximum(at, 0)], 0)
+        present = found & (components[COUNT] > 0)
+        # ``__v`` (the output after the keys) reads aggregates only: no key is decoded
+        value, null = Aggregated(sub.plan, {}, components, n)[f"#o{sub.equalities}"]
+        null = np.zeros(n, dtype=bool) if null is None else null
+        return _gather(np.asarray(value), null, np.where(present, np.arange(n), -1), sub.default)
 
 
 class _Lookup:
@@ -299,12 +339,14 @@ class View:
         keys = GroupKeys(self.maintainer, groups.free, groups.codes)
         return view_rows(self.plan, keys, self._components(groups.payload), lookups)
 
-    def _lookups(self, frames: Mapping[int, pd.DataFrame] | None = None) -> dict:
-        """Per subquery slot ``#sI`` its lookup, built on first use from its view's rows
-        (``frames``: rows to use instead, e.g. those before a batch)."""
-        frames = frames or {}
+    def _lookups(self, before: Collection[int] = ()) -> dict:
+        """Per subquery slot ``#sI`` its lookup: a keyed subquery's values read from its
+        groups at the probed keys (as they were before the last batch for those in
+        ``before``), any other's from its view's rows, built on first use."""
         return {
-            f"#s{i}": _Lookup(sub, frames[i] if i in frames else view)
+            f"#s{i}": _KeyedLookup(sub, view, i in before)
+            if keyed_subquery(sub)
+            else _Lookup(sub, view)
             for i, (sub, view) in enumerate(zip(self.plan.subqueries, self.subviews, strict=True))
         }
 
@@ -388,7 +430,7 @@ class View:
         env = _KeyEnv(self.plan, maintainer, codes, self._lookups())
         self._set_hidden(result, codes[passing(self.plan, env, len(codes), now[COUNT])])
 
-    def _refresh(self, changed_subqueries: list[int], before: Mapping[int, pd.DataFrame]):
+    def _refresh(self, changed_subqueries: list[int], before: Collection[int]):
         """Filter again the engine groups the last batch affected (see
         :mod:`ringml.sql.residual`): out with their old contributions, in with the new."""
         changed = []
@@ -503,13 +545,13 @@ class View:
         applied: list = []
         self._delta = None
         changed = [i for i, v in enumerate(self.subviews) if set(v.plan.tables) & set(changes)]
-        before = {}
+        before: set[int] = set()
         if self._result is not None and changed:
             if all(
                 i not in self._refs or incremental_subquery(self.plan.subqueries[i], self._refs[i])
                 for i in changed
             ):
-                before = {i: self.subviews[i].to_pandas() for i in changed if i in self._refs}
+                before = {i for i in changed if i in self._refs}
             else:  # every group may be affected: rebuilt on the next read
                 self._result = None
         try:
