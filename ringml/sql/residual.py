@@ -155,8 +155,8 @@ def affected_groups(
     codes = np.concatenate(parts)
     if not width:
         return codes[:1], np.zeros(ours, dtype=np.int64)
-    unique, inverse = np.unique(codes, axis=0, return_inverse=True)
-    return unique, inverse.ravel()[:ours]
+    unique, inverse = group_rows(codes)
+    return unique, inverse[:ours]
 
 
 def passing(plan: ViewPlan, env, n: int, count: np.ndarray) -> np.ndarray:
