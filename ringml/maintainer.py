@@ -283,6 +283,8 @@ class Maintainer:
 
     def _check_lifts(self, rows: PreparedRows) -> None:
         """Reject values the ring cannot lift (e.g. 1.5 for ℤ) before any view changes."""
+        if self.ring.lifts_finite_numbers:  # feature columns hold finite numbers only
+            return
         columns = self.query.relations[rows.relation]
         for atom in self.query.atoms_of(rows.relation):
             for column, variable in zip(columns, atom.variables, strict=True):

@@ -277,6 +277,10 @@ class Ring(ABC, Generic[E, B]):
             return self.batch_mul_sum(factors)
         return self.batch_mul_sum(factors, groups, n_groups)
 
+    #: Every finite real number (int64 or float64) lifts: the engine skips
+    #: :meth:`check_lift` for feature columns, which it has checked to hold such numbers.
+    lifts_finite_numbers: bool = False
+
     #: Payloads count their derivations exactly (int64, as :meth:`batch_derivations` reads
     #: them): the engine takes a delta's derivation counts from its payloads instead of
     #: multiplying and summing them alongside.

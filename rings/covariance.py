@@ -579,6 +579,9 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             self._shifts[j] = value
             self._watch(abs(value))
 
+    #: check_lift accepts every finite int64 / float64 column
+    lifts_finite_numbers = True
+
     #: the count of a payload is its number of derivations: lifts count 1, products
     #: multiply counts and sums add them, all exact (checked) int64
     counts_derivations = True
