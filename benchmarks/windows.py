@@ -5,8 +5,8 @@ windowed SUM against Spark's own windowed aggregation.
 the five dimension relations are loaded once; House rows are sales with an event time
 ``t`` (minutes) spread over ``--minutes``, arriving in micro-batches of ``--batch-minutes``
 minutes of arrivals, each up to ``--lateness`` minutes after it happened (out of order).
-Query: count, Σx and Σxxᵀ over the join of every non-join continuous variable (26 of them:
-378 aggregates), over the sales of the last ``W`` minutes (``RANGE W``, 1-minute
+Query: count, Σx and Σxxᵀ over the join of the dataset's continuous variables (14 for
+Housing: 120 aggregates), over the sales of the last ``W`` minutes (``RANGE W``, 1-minute
 partitions; the watermark is the latest event time minus the lateness).  Programs, fed the
 same micro-batches batch by batch (the one going first alternates), the timed part starting
 once the first window is full:
