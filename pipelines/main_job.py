@@ -171,17 +171,57 @@ def _design(flat: pd.DataFrame, columns) -> np.ndarray:
     return np.column_stack(out).astype(float)
 
 
+def _join_on_postcode(first: pd.DataFrame, others) -> pd.DataFrame:
+    """``first`` joined with each of ``others`` on ``postcode``, in order (pandas)."""
+    flat = first
+    for frame in others:
+        flat = flat.merge(frame, on="postcode")
+    return flat
+
+
+def _check_tree(model: JoinRegressor, flat: pd.DataFrame) -> tuple[float, bool, nx.Graph]:
+    """The model's Chow–Liu tree (from its payload) against scikit-learn's
+    mutual_info_score and networkx on the materialized join ``flat``: the largest MI
+    difference (bits), whether the trees agree, and the model's tree."""
+    from sklearn.metrics import mutual_info_score
+
+    mi_ours, tree = _categorical_tree(model)
+    names = CATEGORICAL
+    mi = np.array(
+        [[mutual_info_score(flat[a], flat[b]) / math.log(2) for b in names] for a in names]
+    )
+    error = float(np.max(np.abs(mi - mi_ours.loc[names, names].to_numpy())))
+    graph = nx.Graph()
+    for i, a in enumerate(names):
+        for j in range(i + 1, len(names)):
+            graph.add_edge(a, names[j], weight=mi[i, j])
+    reference = nx.maximum_spanning_tree(graph)
+    same = {frozenset(e) for e in tree.edges()} == {frozenset(e) for e in reference.edges()}
+    return error, same, tree
+
+
+def _coef_names(model: JoinRegressor) -> list[str]:
+    """The model's column names; one-hot ``(variable, category)`` ones as ``variable=category``."""
+    return [c if isinstance(c, str) else f"{c[0]}={c[1]}" for c in model.columns_]
+
+
+def _require_spark() -> None:
+    """Quiet MLflow, bind Spark to the loopback address; raise when Spark cannot start."""
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no loopback-address warning
+    reason = spark_unavailable()
+    if reason is not None:
+        raise RuntimeError(f"the main job needs Spark: {reason} (scripts/demo.sh installs it)")
+
+
 def _recompute(model: JoinRegressor, stream, ridge: float) -> dict[str, Any]:
     """Refit with scikit-learn and networkx on the materialized final join: the largest
     relative differences of coefficients and of predictions (relative to the label's
     spread), the largest MI difference, whether the trees agree, the join's row count."""
     from sklearn.linear_model import LinearRegression, Ridge
-    from sklearn.metrics import mutual_info_score
 
     frames = list(final_state(stream).values())
-    flat = frames[0]
-    for frame in frames[1:]:
-        flat = flat.merge(frame, on="postcode")
+    flat = _join_on_postcode(frames[0], frames[1:])
     X, y = _design(flat, model.columns_), flat[LABEL].to_numpy(dtype=float)
     sk = (Ridge(alpha=ridge * len(flat)) if ridge else LinearRegression()).fit(X, y)
     ours = np.append(model.coef_, model.intercept_)
@@ -189,18 +229,7 @@ def _recompute(model: JoinRegressor, stream, ridge: float) -> dict[str, Any]:
     coef_error = float(np.max(np.abs(ours - theirs) / np.maximum(np.abs(theirs), 1e-12)))
     spread = max(float(np.std(y)), 1e-12)
     prediction_error = float(np.max(np.abs(model.predict(flat) - sk.predict(X)))) / spread
-    mi_ours, tree_ours = _categorical_tree(model)
-    names = CATEGORICAL
-    mi = np.array(
-        [[mutual_info_score(flat[a], flat[b]) / math.log(2) for b in names] for a in names]
-    )
-    mi_error = float(np.max(np.abs(mi - mi_ours.loc[names, names].to_numpy())))
-    graph = nx.Graph()
-    for i, a in enumerate(names):
-        for j in range(i + 1, len(names)):
-            graph.add_edge(a, names[j], weight=mi[i, j])
-    reference = nx.maximum_spanning_tree(graph)
-    same = {frozenset(e) for e in tree_ours.edges()} == {frozenset(e) for e in reference.edges()}
+    mi_error, same, _ = _check_tree(model, flat)
     return {
         "coef_max_rel_error": coef_error,
         "prediction_max_rel_error": prediction_error,
@@ -255,11 +284,7 @@ class _Progress:
 
 def run_main_job(config: JobConfig = JobConfig(), out: Callable[[str], Any] = print) -> JobReport:
     """Run the main job (module docstring) and print its report through ``out``."""
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no loopback-address warning
-    reason = spark_unavailable()
-    if reason is not None:
-        raise RuntimeError(f"the main job needs Spark: {reason} (scripts/demo.sh installs it)")
+    _require_spark()
     started = time.perf_counter()
     workdir = Path(config.workdir).resolve()
     paths = _fresh_workdir(workdir)
@@ -277,7 +302,11 @@ def run_main_job(config: JobConfig = JobConfig(), out: Callable[[str], Any] = pr
     holdout = holdout.sample(min(5000, len(holdout)), random_state=config.seed)
 
     model = JoinRegressor(  # the holdout may hold categories the stream has not brought yet
-        schemas, LABEL, CONTINUOUS + CATEGORICAL, CATEGORICAL, ridge=config.ridge,
+        schemas,
+        LABEL,
+        CONTINUOUS + CATEGORICAL,
+        CATEGORICAL,
+        ridge=config.ridge,
         handle_unknown="ignore",
     ).fit()
     # under `mlflow run`, MLFLOW_TRACKING_URI and MLFLOW_RUN_ID say where to log
@@ -393,8 +422,7 @@ def _print_report(
         f"the join has {report.join_rows:,} rows (never materialized); "
         f"model of {LABEL!r} on {len(model.columns_)} columns:"
     )
-    names = [c if isinstance(c, str) else f"{c[0]}={c[1]}" for c in model.columns_]
-    coef = pd.Series(model.coef_, index=names)
+    coef = pd.Series(model.coef_, index=_coef_names(model))
     top = coef.reindex(coef.abs().sort_values(ascending=False).index[:6])
     for name, value in top.items():
         out(f"  {name:<22} {value:>14,.3f}")
@@ -406,14 +434,7 @@ def _print_report(
         f"coefficients {verdict} (max relative difference {report.coef_max_rel_error:.1e}), "
         f"predictions {fits} (max difference {report.prediction_max_rel_error:.1e} label SDs)"
     )
-    if tree is not None:
-        edges = ", ".join(f"{u}–{v}" for u, v in tree.edges())
-        same = "the same tree" if report.tree_equal else "a DIFFERENT tree"
-        out(
-            f"Chow-Liu tree of the categorical variables: {edges}\n"
-            f"check against scikit-learn's mutual_info_score and networkx: {same} "
-            f"(max MI difference {report.mi_max_abs_error:.1e} bits)"
-        )
+    _print_tree_check(report, tree, "Chow-Liu tree of the categorical variables", out)
     dead = report.dead_letters
     out(f"dead letters: {len(dead)} row(s) in {workdir / 'dead-letters'}")
     for row in dead.itertuples():
@@ -427,3 +448,15 @@ def _print_report(
         out(f"open the UI: mlflow ui --backend-store-uri {report.tracking_uri}")
     else:
         out(f"open the UI: {report.tracking_uri}")
+
+
+def _print_tree_check(report, tree, heading: str, out) -> None:
+    """The Chow–Liu tree's edges under ``heading`` and its check (nothing without a tree)."""
+    if tree is not None:
+        edges = ", ".join(f"{u}–{v}" for u, v in tree.edges())
+        same = "the same tree" if report.tree_equal else "a DIFFERENT tree"
+        out(
+            f"{heading}: {edges}\n"
+            f"check against scikit-learn's mutual_info_score and networkx: {same} "
+            f"(max MI difference {report.mi_max_abs_error:.1e} bits)"
+        )

@@ -29,17 +29,14 @@
 
 from __future__ import annotations
 
-import logging
 import math
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import networkx as nx
 import numpy as np
 import pandas as pd
 from ringml.models import JoinRegressor
@@ -47,9 +44,21 @@ from ringml.models import JoinRegressor
 from ringml.datasets import housing_star
 from ringml.windows import StreamTable
 
-from .main_job import CATEGORICAL, CONTINUOUS, LABEL, _categorical_tree, _design, _Progress
+from .main_job import (
+    CATEGORICAL,
+    CONTINUOUS,
+    LABEL,
+    _check_tree,
+    _coef_names,
+    _design,
+    _fresh_workdir,
+    _join_on_postcode,
+    _print_tree_check,
+    _Progress,
+    _require_spark,
+)
 from .mlflow_tracking import RefreshLogger
-from .spark_session import local_session, spark_unavailable
+from .spark_session import local_session
 from .spark_stream import ChangeFeed, spark_types_of, write_change_file
 from .spark_windows import StreamingWindows
 
@@ -175,21 +184,6 @@ def _write_feed(folder: Path, sales: pd.DataFrame, arrival: pd.Series, config, t
     return frames
 
 
-def _fresh_workdir(workdir: Path) -> dict[str, Path]:
-    paths = {n: workdir / n for n in ("feeds", "checkpoint", "state", "dead-letters", "mlflow")}
-    for name in ("feeds", "checkpoint", "state", "dead-letters"):
-        shutil.rmtree(paths[name], ignore_errors=True)
-    paths["mlflow"].mkdir(parents=True, exist_ok=True)
-    return paths
-
-
-def _flat(sales: pd.DataFrame, dims: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    flat = sales
-    for frame in dims.values():
-        flat = flat.merge(frame, on="postcode")
-    return flat
-
-
 def _compare(model: JoinRegressor, flat: pd.DataFrame, ridge: float) -> tuple[float, float]:
     """The windowed model against scikit-learn's Ridge on the windowed join: coefficients
     times the features' SDs (relative to their norm) and fitted values (in label SDs)."""
@@ -204,29 +198,8 @@ def _compare(model: JoinRegressor, flat: pd.DataFrame, ridge: float) -> tuple[fl
     return coef, prediction
 
 
-def _check_tree(model: JoinRegressor, flat: pd.DataFrame) -> tuple[float, bool, nx.Graph]:
-    """The windowed Chow–Liu tree (from the model's payload) against scikit-learn's
-    mutual_info_score and networkx on the windowed join."""
-    from sklearn.metrics import mutual_info_score
-
-    mi_ours, tree = _categorical_tree(model)
-    names = CATEGORICAL
-    mi = np.array(
-        [[mutual_info_score(flat[a], flat[b]) / math.log(2) for b in names] for a in names]
-    )
-    error = float(np.max(np.abs(mi - mi_ours.loc[names, names].to_numpy())))
-    graph = nx.Graph()
-    for i, a in enumerate(names):
-        for j in range(i + 1, len(names)):
-            graph.add_edge(a, names[j], weight=mi[i, j])
-    reference = nx.maximum_spanning_tree(graph)
-    same = {frozenset(e) for e in tree.edges()} == {frozenset(e) for e in reference.edges()}
-    return error, same, tree
-
-
 def _named(model: JoinRegressor) -> dict[str, float]:
-    names = [c if isinstance(c, str) else f"{c[0]}={c[1]}" for c in model.columns_]
-    return dict(zip(names, model.coef_.tolist(), strict=True))
+    return dict(zip(_coef_names(model), model.coef_.tolist(), strict=True))
 
 
 # ------------------------------------------------------------------ the job
@@ -234,11 +207,7 @@ def run_window_job(
     config: WindowJobConfig = WindowJobConfig(), out: Callable[[str], Any] = print
 ) -> WindowJobReport:
     """Run the window mode of the main job (module docstring); print its report via ``out``."""
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    reason = spark_unavailable()
-    if reason is not None:
-        raise RuntimeError(f"the main job needs Spark: {reason} (scripts/demo.sh installs it)")
+    _require_spark()
     if config.window_days < 1 or config.days < 1 or config.days_per_batch < 1:
         raise ValueError("window_days, days and days_per_batch must be >= 1")
     started = time.perf_counter()
@@ -250,7 +219,7 @@ def run_window_job(
     )
     held = rng.random(len(all_sales)) < 0.1  # held-out sales: scored, never streamed
     sales, holdout_sales = all_sales[~held].reset_index(drop=True), all_sales[held]
-    holdout = _flat(holdout_sales, dims)
+    holdout = _join_on_postcode(holdout_sales, dims.values())
     holdout_sold = holdout["sold"]
     holdout = holdout[[*CONTINUOUS, *CATEGORICAL, LABEL]]
     arrival = _arrivals(sales, config, rng)
@@ -318,7 +287,7 @@ def run_window_job(
             watermark = batch.maintainer.watermark
             t0 = time.perf_counter()
             inside = batch.maintainer.window_rows("House")
-            flat = _flat(inside.drop(columns="sold"), dims)
+            flat = _join_on_postcode(inside.drop(columns="sold"), dims.values())
             if len(flat):
                 errors.append(_compare(model, flat, config.ridge))
             report.check_seconds += time.perf_counter() - t0
@@ -369,7 +338,7 @@ def run_window_job(
         if streaming.errors:
             raise streaming.errors[0]
         stream = streaming.stream
-        flat = _flat(stream.window_rows("House").drop(columns="sold"), dims)
+        flat = _join_on_postcode(stream.window_rows("House").drop(columns="sold"), dims.values())
         report.mi_max_abs_error, report.tree_equal, tree = _check_tree(model, flat)
         logger.log_chow_liu(tree, title=f"Chow-Liu tree over the last {config.window_days} days")
         with_holdout = ("holdout_rmse", "holdout_rmse_all_history")
@@ -443,14 +412,8 @@ def _print_report(
             f"held-out sales of the window's days, second half of the stream: RMSE "
             f"{window:,.0f} over the window vs {whole:,.0f} over the whole history"
         )
-    if tree is not None:
-        edges = ", ".join(f"{u}–{v}" for u, v in tree.edges())
-        same = "the same tree" if report.tree_equal else "a DIFFERENT tree"
-        out(
-            f"Chow-Liu tree over the last window ({flat_rows:,} join rows): {edges}\n"
-            f"check against scikit-learn's mutual_info_score and networkx: {same} "
-            f"(max MI difference {report.mi_max_abs_error:.1e} bits)"
-        )
+    heading = f"Chow-Liu tree over the last window ({flat_rows:,} join rows)"
+    _print_tree_check(report, tree, heading, out)
     dead = report.dead_letters
     folder = Path(config.workdir).resolve() / "dead-letters"
     out(f"dead letters: {len(dead)} late sale(s) in {folder}")
