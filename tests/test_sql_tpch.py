@@ -5,11 +5,6 @@ DuckDB running the same SQL on the current tables after every batch."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -119,29 +114,13 @@ TABLES = ("nation", "region", "part", "supplier", "customer", "orders", "lineite
 @pytest.fixture(scope="session")
 def tpch(tmp_path_factory) -> dict[str, pd.DataFrame]:
     """TPC-H at SF 0.01 from tpchgen-cli, as typed frames (DECIMAL as float64)."""
-    import pyarrow.parquet as pq
+    from ringml.datasets import tpch_tables
 
-    generator = shutil.which("tpchgen-cli") or str(Path(sys.executable).parent / "tpchgen-cli")
-    if not Path(generator).exists():
-        pytest.skip("tpchgen-cli (the TPC-H generator of the dev extra) is not installed")
     folder = tmp_path_factory.mktemp("tpch")
-    command = [generator, "parquet", "-s", "0.01", f"--output-dir={folder}"]
-    subprocess.run(command, check=True, capture_output=True)
-    frames = {}
-    for table in TABLES:
-        frame = pq.read_table(folder / f"{table}.parquet").to_pandas(date_as_object=False)
-        for column in frame.columns:
-            values = frame[column]
-            if values.dtype.kind == "M":
-                frame[column] = values.astype("datetime64[ns]")
-            elif values.dtype == object and len(values) and not isinstance(values.iloc[0], str):
-                frame[column] = values.astype(np.float64)  # decimal.Decimal
-            elif values.dtype.kind == "i":
-                frame[column] = values.astype(np.int64)
-            elif values.dtype != object:
-                frame[column] = values.astype(object)
-        frames[table] = frame
-    return frames
+    try:
+        return tpch_tables(sf=0.01, cache=folder, tables=TABLES)
+    except FileNotFoundError:
+        pytest.skip("tpchgen-cli (the TPC-H generator of the dev extra) is not installed")
 
 
 def batches(rng: np.random.Generator, tables: dict[str, pd.DataFrame]):
