@@ -68,7 +68,6 @@ import pickle
 import platform
 import re
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -367,9 +366,7 @@ def worker(spec_path: str, query: str, system: str, result: str) -> None:
         load_avg=[*load_before, *os.getloadavg()],
         rss_peak_kib=base._proc_status_kib("VmHWM"),
     )
-    Path(result + ".json").write_text(json.dumps(info))
-    with open(result + ".pkl", "wb") as f:
-        pickle.dump(out, f, protocol=pickle.HIGHEST_PROTOCOL)
+    base.write_result(result, info, out)
 
 
 # ============================================================================ orchestration
@@ -410,20 +407,10 @@ class Run:
 
 
 def run_worker(spec: Path, query: str, system: str, repeat: int, budget: float) -> Run:
-    with tempfile.NamedTemporaryFile(dir=spec.parent, prefix=system, delete=False) as f:
-        result = f.name
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(spec), query, system,
-           result]  # fmt: skip
     run = Run(query, system, repeat)
     timeout = 3 * budget + 600 if budget > 0 else 4 * 3600
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=base._env())
-    except subprocess.TimeoutExpired:
-        run.error = f"killed after the hard timeout of {timeout:.0f} s"
-        return run
-    if proc.returncode != 0:
-        lines = (proc.stderr or proc.stdout).strip().splitlines()
-        run.error = lines[-1] if lines else f"exit status {proc.returncode}"
+    result, run.error = base.spawn_worker(__file__, spec, query, system, timeout)
+    if run.error is not None:
         return run
     info = json.loads(Path(result + ".json").read_text())
     run.refreshes_total = info["refreshes_total"]
@@ -574,9 +561,8 @@ def main(argv: list[str] | None = None) -> int:
     checks: list[str] = []
     with tempfile.TemporaryDirectory(prefix="ringml-fig7-") as tmpdir:
         tmp = Path(tmpdir)
-        engine_hash = base.snapshot_engine(tmp / "engine", committed=not args.worktree)
-        os.environ["RINGML_BENCH_SNAPSHOT"] = str(tmp / "engine")
-        sys.path.insert(0, str(tmp / "engine"))  # before the first ringml import
+        # before the first ringml import
+        engine_hash = base.use_engine_snapshot(tmp / "engine", committed=not args.worktree)
         import duckdb
 
         import ringml

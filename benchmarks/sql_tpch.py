@@ -442,9 +442,14 @@ def worker(spec_path: str, query: str, system: str, result: str) -> None:
             0
         ]
     target.close()
+    write_result(result, info, checkpoints)
+
+
+def write_result(result: str, info: dict, payload) -> None:
+    """A worker's measurements as ``<result>.json`` and its payload as ``<result>.pkl``."""
     Path(result + ".json").write_text(json.dumps(info))
     with open(result + ".pkl", "wb") as f:
-        pickle.dump(checkpoints, f, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 # ============================================================================ orchestration
@@ -510,27 +515,30 @@ def _env() -> dict[str, str]:
     return env
 
 
-def run_worker(spec: Path, query: str, system: str, repeat: int, timeout: float) -> Run:
+def spawn_worker(
+    script: str, spec: Path, query: str, system: str, timeout: float
+) -> tuple[str, str | None]:
+    """Run ``script --worker SPEC QUERY SYSTEM RESULT`` in a fresh interpreter (``_env()``,
+    killed after ``timeout`` seconds); returns RESULT, the stem of the files the worker
+    wrote, and the error (the worker's last line of output), None when it succeeded."""
     with tempfile.NamedTemporaryFile(dir=spec.parent, prefix=system, delete=False) as f:
         result = f.name
-    cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--worker",
-        str(spec),
-        query,
-        system,
-        result,
-    ]
-    run = Run(query, system, repeat)
+    cmd = [sys.executable, str(Path(script).resolve()), "--worker", str(spec), query, system,
+           result]  # fmt: skip
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env())
     except subprocess.TimeoutExpired:
-        run.error = f"killed after the hard timeout of {timeout:.0f} s"
-        return run
+        return result, f"killed after the hard timeout of {timeout:.0f} s"
     if proc.returncode != 0:
         lines = (proc.stderr or proc.stdout).strip().splitlines()
-        run.error = lines[-1] if lines else f"exit status {proc.returncode}"
+        return result, lines[-1] if lines else f"exit status {proc.returncode}"
+    return result, None
+
+
+def run_worker(spec: Path, query: str, system: str, repeat: int, timeout: float) -> Run:
+    run = Run(query, system, repeat)
+    result, run.error = spawn_worker(__file__, spec, query, system, timeout)
+    if run.error is not None:
         return run
     data = json.loads(Path(result + ".json").read_text())
     snapshot = os.environ.get("RINGML_BENCH_SNAPSHOT")
@@ -878,6 +886,15 @@ ENGINE_DIRS = {"ringml": "ringml", "rings": "ringml/rings", "models": "ringml/mo
                "pipelines": "ringml/pipelines"}  # fmt: skip
 
 
+def use_engine_snapshot(dest: Path, committed: bool) -> str:
+    """:func:`snapshot_engine` into ``dest``, imported from there by this process (call it
+    before the first ringml import) and by the workers (``_env()``); returns its hash."""
+    engine_hash = snapshot_engine(dest, committed=committed)
+    os.environ["RINGML_BENCH_SNAPSHOT"] = str(dest)
+    sys.path.insert(0, str(dest))
+    return engine_hash
+
+
 def snapshot_engine(dest: Path, committed: bool) -> str:
     """Copy the engine sources to ``dest`` (imported by every worker, so edits of ``ringml/``
     by others during the run change nothing); their hash.  ``committed``: the files of
@@ -987,9 +1004,8 @@ def main(argv: list[str] | None = None) -> int:
     checks: list[str] = []
     with tempfile.TemporaryDirectory(prefix="ringml-sql-bench-") as tmpdir:
         tmp = Path(tmpdir)
-        engine_hash = snapshot_engine(tmp / "engine", committed=not args.worktree)
-        os.environ["RINGML_BENCH_SNAPSHOT"] = str(tmp / "engine")
-        sys.path.insert(0, str(tmp / "engine"))  # before the first ringml import
+        # before the first ringml import
+        engine_hash = use_engine_snapshot(tmp / "engine", committed=not args.worktree)
         import duckdb
 
         import ringml
