@@ -214,6 +214,20 @@ def _require_spark() -> None:
         raise RuntimeError(f"the main job needs Spark: {reason} (scripts/demo.sh installs it)")
 
 
+def _drain(streaming, spark, feed, checkpoint: Path, query_name: str) -> float:
+    """Run ``streaming`` over every file of ``feed`` now there (``availableNow``) and wait
+    for it; returns the seconds it took, raises the first error of its batch callback."""
+    stream_start = time.perf_counter()
+    query = streaming.start(
+        spark, feed, checkpoint, trigger={"availableNow": True}, query_name=query_name
+    )
+    query.awaitTermination()
+    seconds = time.perf_counter() - stream_start
+    if streaming.errors:
+        raise streaming.errors[0]
+    return seconds
+
+
 def _recompute(model: JoinRegressor, stream, ridge: float) -> dict[str, Any]:
     """Refit with scikit-learn and networkx on the materialized final join: the largest
     relative differences of coefficients and of predictions (relative to the label's
@@ -377,14 +391,7 @@ def run_main_job(config: JobConfig = JobConfig(), out: Callable[[str], Any] = pr
             dead_letter_path=paths["dead-letters"],
             on_batch=refresh,
         )
-        stream_start = time.perf_counter()
-        query = streaming.start(
-            spark, feed, paths["checkpoint"], trigger={"availableNow": True}, query_name="ringml"
-        )
-        query.awaitTermination()
-        report.seconds = time.perf_counter() - stream_start
-        if streaming.errors:
-            raise streaming.errors[0]
+        report.seconds = _drain(streaming, spark, feed, paths["checkpoint"], "ringml")
         if "tree" in tree_holder:
             logger.log_chow_liu(
                 tree_holder["tree"], title="Chow-Liu tree of the categorical variables"

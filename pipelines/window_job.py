@@ -51,6 +51,7 @@ from .main_job import (
     _check_tree,
     _coef_names,
     _design,
+    _drain,
     _fresh_workdir,
     _join_on_postcode,
     _print_tree_check,
@@ -328,15 +329,7 @@ def run_window_job(
             on_batch=refresh,
         )
         feed = ChangeFeed(str(paths["feeds"]), types, relation="House", max_files_per_trigger=1)
-        stream_start = time.perf_counter()
-        query = streaming.start(
-            spark, feed, paths["checkpoint"], trigger={"availableNow": True},
-            query_name="ringml-window",
-        )  # fmt: skip
-        query.awaitTermination()
-        report.seconds = time.perf_counter() - stream_start
-        if streaming.errors:
-            raise streaming.errors[0]
+        report.seconds = _drain(streaming, spark, feed, paths["checkpoint"], "ringml-window")
         stream = streaming.stream
         flat = _join_on_postcode(stream.window_rows("House").drop(columns="sold"), dims.values())
         report.mi_max_abs_error, report.tree_equal, tree = _check_tree(model, flat)
