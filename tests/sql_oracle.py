@@ -157,3 +157,30 @@ def diff_counter(diff: pd.DataFrame) -> Counter:
     ):
         out[tuple(_key(v) for v in row)] += int(m)
     return Counter({k: v for k, v in out.items() if v})
+
+
+def assert_views_match(databases: dict, views: dict, results: dict, what: str) -> None:
+    """Every view of ``views`` (name -> (SQL, ORDER BY columns compared in sequence)) in
+    every database of ``databases`` (strategy -> database) reads DuckDB's ``results``."""
+    for name, (_, order) in views.items():
+        expected = results[name]
+        for strategy, db in databases.items():
+            ours = db.view(name).to_pandas()
+            assert_same_rows(ours, expected, f"{what}, view {name}, {strategy}")
+            if order:
+                assert_same_order(ours, expected, order, f"{what}, view {name}, {strategy}")
+
+
+def assert_published_diffs(diffs: dict, before: dict, after: dict, what: str) -> None:
+    """The diffs each view published (``diffs``: (strategy, view) -> list, at most one per
+    batch) add up to the multiset difference of DuckDB's results ``before`` and ``after``;
+    empties the lists."""
+    for (strategy, name), published in diffs.items():
+        got = diff_counter(None)
+        for d in published:
+            got.update(diff_counter(d))
+        got = type(got)({k: v for k, v in got.items() if v})
+        expected = multiset_difference(before[name], after[name])
+        assert got == expected, f"{what}, diff of view {name} ({strategy})"
+        assert len(published) <= 1
+        published.clear()

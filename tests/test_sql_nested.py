@@ -15,22 +15,17 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from sql_oracle import (
-    assert_same_order,
     assert_same_rows,
-    diff_counter,
+    assert_views_match,
     duckdb_results,
-    multiset_difference,
 )
 from test_sql_streams import (
     SCHEMA,
     SETTINGS,
-    apply_to_copy,
     current_frames,
-    frame,
-    is_valid,
-    make_step,
     streams,
 )
+from test_sql_streams import run_stream as run_views_stream
 
 from ringml import BatchError, UpdateBatch
 from ringml.maintainer import STRATEGIES
@@ -195,64 +190,18 @@ def check(databases, views, tables, what):
     results = duckdb_results(
         {name: gmr_sql(sql) for name, (sql, _) in views.items()}, current_frames(tables)
     )
-    for name, (_, order) in views.items():
-        for strategy, db in databases.items():
-            ours = db.view(name).to_pandas()
-            assert_same_rows(ours, results[name], f"{what}, view {name}, {strategy}")
-            if order:
-                assert_same_order(ours, results[name], order, f"{what}, {name}, {strategy}")
+    assert_views_match(databases, views, results, what)
     return results
 
 
 def run_stream(views, initial, steps, strategies=STRATEGIES):
     """Every view of ``views`` in one database per strategy, half created before the load,
     half after; checked against DuckDB after the load and every step, diffs included."""
-    tables = {t: list(rows) for t, rows in initial.items()}
-    databases = {}
-    diffs = {(s, name): [] for s in strategies for name in views}
-    names = list(views)
-    for strategy in strategies:
-        db = Database(SCHEMA)
-        for name in names[::2]:
-            db.create_view(name, views[name][0], strategy=strategy)
-        for table, rows in tables.items():
-            if rows:
-                db.insert(table, frame(table, rows))
-        for name in names[1::2]:
-            db.create_view(name, views[name][0], strategy=strategy)
-        for name in views:
-            db.view(name).subscribe(diffs[(strategy, name)].append)
-        databases[strategy] = db
-    before = check(databases, views, tables, "initial load")
-    for i, (kind, rng) in enumerate(steps):
-        step = make_step(kind, rng, tables)
-        batches = [
-            UpdateBatch.inserts(t, frame(t, rows))
-            if sign == "+"
-            else UpdateBatch.deletes(t, frame(t, rows))
-            for sign, t, rows in step
-        ]
-        if not is_valid(tables, step):
-            for db in databases.values():
-                with pytest.raises(BatchError):
-                    db.apply(batches)
-            check(databases, views, tables, f"step {i} ({kind}, rejected)")
-            assert all(not d for d in diffs.values())
-            continue
-        for db in databases.values():
-            db.apply(batches)
-        apply_to_copy(tables, step)
-        after = check(databases, views, tables, f"step {i} ({kind})")
-        for (strategy, name), published in diffs.items():
-            got = diff_counter(None)
-            for d in published:
-                got.update(diff_counter(d))
-            got = type(got)({k: v for k, v in got.items() if v})
-            expected = multiset_difference(before[name], after[name])
-            assert got == expected, f"step {i} ({kind}), diff of view {name} ({strategy})"
-            assert len(published) <= 1
-            published.clear()
-        before = after
+
+    def check_these(databases, tables, what):
+        return check(databases, views, tables, what)
+
+    run_views_stream(initial, steps, views, check_these, strategies)
 
 
 @settings(max_examples=8, **SETTINGS)

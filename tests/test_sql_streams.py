@@ -17,11 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sql_oracle import (
-    assert_same_order,
+    assert_published_diffs,
     assert_same_rows,
-    diff_counter,
+    assert_views_match,
     duckdb_results,
-    multiset_difference,
 )
 
 from ringml import BatchError, UpdateBatch
@@ -221,13 +220,7 @@ def check_views(databases, tables, what):
     queries = {name: sql for name, (sql, _) in VIEWS.items()}
     queries["on demand"] = f"WITH join_group AS ({VIEWS['join_group'][0]}) {ON_DEMAND}"
     results = duckdb_results(queries, current_frames(tables))
-    for name, (_, order) in VIEWS.items():
-        expected = results[name]
-        for strategy, db in databases.items():
-            ours = db.view(name).to_pandas()
-            assert_same_rows(ours, expected, f"{what}, view {name}, {strategy}")
-            if order:
-                assert_same_order(ours, expected, order, f"{what}, view {name}, {strategy}")
+    assert_views_match(databases, VIEWS, results, what)
     on_demand = databases["fivm"].query(ON_DEMAND)
     assert_same_rows(on_demand, results["on demand"], f"{what}, a query over a view")
     return results
@@ -252,24 +245,28 @@ def test_views_follow_duckdb_under_long_random_streams(stream):
     run_stream(*stream)
 
 
-def run_stream(initial, steps):
+def run_stream(initial, steps, views=VIEWS, check=check_views, strategies=STRATEGIES):
+    """Every view of ``views`` in one database per strategy, half created before the load,
+    half after; ``check(databases, tables, what)`` compares them with DuckDB after the load
+    and every step and returns DuckDB's results, against which the published diffs are
+    checked."""
     tables = {t: list(rows) for t, rows in initial.items()}
     databases = {}
-    diffs = {(strategy, name): [] for strategy in STRATEGIES for name in VIEWS}
-    names = list(VIEWS)
-    for strategy in STRATEGIES:
+    diffs = {(strategy, name): [] for strategy in strategies for name in views}
+    names = list(views)
+    for strategy in strategies:
         db = Database(SCHEMA)
         for name in names[::2]:  # half the views see the rows arrive...
-            db.create_view(name, VIEWS[name][0], strategy=strategy)
+            db.create_view(name, views[name][0], strategy=strategy)
         for table, rows in tables.items():
             if rows:
                 db.insert(table, frame(table, rows))
         for name in names[1::2]:  # ...half start from the loaded tables
-            db.create_view(name, VIEWS[name][0], strategy=strategy)
-        for name in VIEWS:
+            db.create_view(name, views[name][0], strategy=strategy)
+        for name in views:
             db.view(name).subscribe(diffs[(strategy, name)].append)
         databases[strategy] = db
-    before = check_views(databases, tables, "initial load")
+    before = check(databases, tables, "initial load")
     for i, (kind, rng) in enumerate(steps):
         step = make_step(kind, rng, tables)
         batches = [
@@ -282,20 +279,12 @@ def run_stream(initial, steps):
             for db in databases.values():
                 with pytest.raises(BatchError):
                     db.apply(batches)
-            after = check_views(databases, tables, f"step {i} ({kind}, rejected)")
+            check(databases, tables, f"step {i} ({kind}, rejected)")
             assert all(not d for d in diffs.values())
             continue
         for db in databases.values():
             db.apply(batches)
         apply_to_copy(tables, step)
-        after = check_views(databases, tables, f"step {i} ({kind})")
-        for (strategy, name), published in diffs.items():
-            got = diff_counter(None)
-            for d in published:
-                got.update(diff_counter(d))
-            got = type(got)({k: v for k, v in got.items() if v})
-            expected = multiset_difference(before[name], after[name])
-            assert got == expected, f"step {i} ({kind}), diff of view {name} ({strategy})"
-            assert len(published) <= 1
-            published.clear()
+        after = check(databases, tables, f"step {i} ({kind})")
+        assert_published_diffs(diffs, before, after, f"step {i} ({kind})")
         before = after
