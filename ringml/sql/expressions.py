@@ -137,21 +137,30 @@ class Expr:
 
 
 @dataclass(frozen=True)
-class Col(Expr):
-    """A column: of table alias ``source``, or a slot of the aggregated result (``""``)."""
-
-    source: str
-    name: str
-    type: str
+class _Typed(Expr):
+    """A node whose value kind is its ``type`` field."""
 
     @property
     def kind(self) -> str:
         return self.type
 
+
+@dataclass(frozen=True)
+class _TypedNullable(_Typed):
+    """A typed node that may be NULL where its ``nulls`` field says so."""
+
     @property
     def nullable(self) -> bool:
         return self.nulls
 
+
+@dataclass(frozen=True)
+class Col(_TypedNullable):
+    """A column: of table alias ``source``, or a slot of the aggregated result (``""``)."""
+
+    source: str
+    name: str
+    type: str
     nulls: bool = False  # post-aggregation slots may hold NULL (SUM of no value)
 
     def sql(self) -> str:
@@ -170,16 +179,12 @@ class Col(Expr):
 
 
 @dataclass(frozen=True)
-class Lit(Expr):
+class Lit(_Typed):
     """A constant: int, float (held as ``decimal.Decimal`` for exact folding), str, bool,
     date (``numpy.datetime64`` in ns) or None."""
 
     value: Any
     type: str
-
-    @property
-    def kind(self) -> str:
-        return self.type
 
     @property
     def nullable(self) -> bool:
@@ -473,16 +478,12 @@ class Not(Expr):
 
 
 @dataclass(frozen=True)
-class Case(Expr):
+class Case(_Typed):
     """``CASE WHEN cond THEN value ... [ELSE default] END`` (no ELSE: NULL)."""
 
     whens: tuple[tuple[Expr, Expr], ...]
     default: Expr | None
     type: str
-
-    @property
-    def kind(self) -> str:
-        return self.type
 
     @property
     def nullable(self) -> bool:
@@ -554,17 +555,13 @@ _PARTS = {
 
 
 @dataclass(frozen=True)
-class Func(Expr):
+class Func(_Typed):
     """A scalar function: ``abs``, ``lower``, ``upper``, ``length``, ``substring``,
     ``coalesce``."""
 
     name: str
     args: tuple[Expr, ...]
     type: str
-
-    @property
-    def kind(self) -> str:
-        return self.type
 
     @property
     def nullable(self) -> bool:
@@ -608,15 +605,11 @@ class Func(Expr):
 
 
 @dataclass(frozen=True)
-class Cast(Expr):
+class Cast(_Typed):
     """``CAST(operand AS type)`` between numbers, and from text to numbers or dates."""
 
     operand: Expr
     type: str
-
-    @property
-    def kind(self) -> str:
-        return self.type
 
     def sql(self) -> str:
         return f"CAST({self.operand.sql()} AS {_SQL_TYPE[self.type]})"
@@ -649,21 +642,13 @@ class Cast(Expr):
 
 
 @dataclass(frozen=True)
-class AggRef(Expr):
+class AggRef(_TypedNullable):
     """An aggregate call inside a post-aggregation expression, before it gets a slot
     (compile time only)."""
 
     index: int
     type: str
     nulls: bool = field(default=False)
-
-    @property
-    def kind(self) -> str:
-        return self.type
-
-    @property
-    def nullable(self) -> bool:
-        return self.nulls
 
     def sql(self) -> str:
         return f"#agg{self.index}"
@@ -790,7 +775,7 @@ def literal(value: Any) -> Lit:
 
 
 @dataclass(frozen=True)
-class SubqueryRef(Expr):
+class SubqueryRef(_TypedNullable):
     """The value of the view's subquery ``index`` for each row: ``args`` are the outer
     values it is correlated with (one per equality, then the inequality's, if any).  A read
     evaluates it with ``env["#s<index>"]``, a lookup into the subquery's maintained view."""
@@ -800,14 +785,6 @@ class SubqueryRef(Expr):
     type: str
     nulls: bool
     text: str
-
-    @property
-    def kind(self) -> str:
-        return self.type
-
-    @property
-    def nullable(self) -> bool:
-        return self.nulls
 
     def sql(self) -> str:
         return f"({self.text})"
