@@ -169,11 +169,18 @@ class Maintainer:
 
     def load(self, relation: str, rows) -> ResultDelta | None:
         """Bulk-load a relation before streaming starts (static relations are loaded so)."""
+        return self.load_batches([UpdateBatch.inserts(relation, rows)])
+
+    def load_batches(self, batches: Sequence[UpdateBatch] | UpdateBatch) -> ResultDelta | None:
+        """Like :meth:`apply`, static relations included, before streaming starts; the
+        loading phase stays open (the first :meth:`apply` ends it)."""
+        batches = _as_batches(batches)
         if not self._loading:
+            names = ", ".join(sorted({repr(b.relation) for b in batches}))
             raise SchemaError(
-                f"cannot load {relation!r}: streaming has started; load static relations first"
+                f"cannot load {names}: streaming has started; load static relations first"
             )
-        return self._apply([UpdateBatch.inserts(relation, rows)])
+        return self._apply(batches)
 
     def apply(self, batches: Sequence[UpdateBatch] | UpdateBatch) -> ResultDelta | None:
         """Apply batches (any relations, any interleaving) atomically: all or none.

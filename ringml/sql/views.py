@@ -262,10 +262,15 @@ class View:
     """A maintained SQL view.  Read it with :meth:`to_pandas` / :meth:`to_arrow`, or
     :meth:`subscribe` to its diffs."""
 
-    def __init__(self, name: str, plan: ViewPlan, strategy: str) -> None:
+    static: frozenset[str] = frozenset()  # views pickled before static tables existed
+
+    def __init__(
+        self, name: str, plan: ViewPlan, strategy: str, static: frozenset[str] = frozenset()
+    ) -> None:
         self.name = name
         self.plan = plan
         self.strategy = strategy
+        self.static = frozenset(static)  # base tables that never change while the view lives
         self.query = plan.query()
         # two items joined by an inequality: two side views joined on read (rangejoin)
         shape = range_join(plan) if plan.residual is not None else None
@@ -274,7 +279,12 @@ class View:
         self.maintainer = (
             self.range.a
             if self.range is not None
-            else Maintainer(self.query, strategy=strategy, trust_deletes=True)
+            else Maintainer(
+                self.query,
+                strategy=strategy,
+                trust_deletes=True,
+                updatable=[a.alias for a in plan.atoms if a.table not in self.static],
+            )
         )
         self._subscribers: list[Subscription] = []
         self._by_table: dict[str, list[AtomPlan]] = {}
@@ -282,10 +292,13 @@ class View:
             self._by_table.setdefault(atom.table, []).append(atom)
         # each subquery of WHERE is a view of its own, read by the residual filter
         self.subviews = [
-            View(f"{name}#s{i}", sub.plan, strategy) for i, sub in enumerate(plan.subqueries)
+            View(f"{name}#s{i}", sub.plan, strategy, self.static)
+            for i, sub in enumerate(plan.subqueries)
         ]
         # each aggregate derived table is a view whose row changes feed an atom of this one
-        self.derived = [(table, View(f"{name}{table}", p, strategy)) for table, p in plan.derived]
+        self.derived = [
+            (table, View(f"{name}{table}", p, strategy, self.static)) for table, p in plan.derived
+        ]
         self._delta = None  # the engine's change of the result in the last apply
         # a residual filter without MIN/MAX/DISTINCT: its filtered result is kept per batch
         self._hidden_aggregates = [a for a in plan.aggregates if a.function in HIDDEN_AGGREGATES]
@@ -312,11 +325,14 @@ class View:
         does not matter), the strategy and the engine's :meth:`Maintainer.description`."""
         from .parse import DIALECT, parse_select
 
-        return {
+        out = {
             "sql": parse_select(self.plan.sql).sql(dialect=DIALECT),
             "strategy": self.strategy,
             "engine": self.maintainer.description(),
         }
+        if self.static:
+            out["static"] = sorted(self.static)
+        return out
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -539,9 +555,15 @@ class View:
         """Per alias over a changed table, its rows of the change (engine batches)."""
         return item_batches(self._by_table, changes, f"view {self.name!r}")
 
-    def _apply(self, changes: Mapping[str, tuple[Mapping[str, np.ndarray], np.ndarray]]) -> list:
+    def _apply(
+        self,
+        changes: Mapping[str, tuple[Mapping[str, np.ndarray], np.ndarray]],
+        loading: bool = False,
+    ) -> list:
         """Feed typed table changes to the views of the subqueries and to this one's
-        engine; the ``(maintainer, batches)`` applied (all undone if one fails)."""
+        engine; the ``(maintainer, batches)`` applied (all undone if one fails).
+        ``loading``: the rows the view starts from, static tables' included (a view that
+        fails to load is dropped, not undone)."""
         applied: list = []
         self._delta = None
         changed = [i for i, v in enumerate(self.subviews) if set(v.plan.tables) & set(changes)]
@@ -556,13 +578,13 @@ class View:
                 self._result = None
         try:
             for view in self.subviews:
-                applied.extend(view._apply(changes))
+                applied.extend(view._apply(changes, loading))
             derived = {}
             for table, view in self.derived:
                 if not set(view.plan.tables) & set(changes):
                     continue
                 before = view.to_pandas()
-                applied.extend(view._apply(changes))
+                applied.extend(view._apply(changes, loading))
                 diff = row_changes(before, view.to_pandas())
                 if len(diff):
                     rows = {c: diff[c].to_numpy() for c in diff.columns[:-1]}
@@ -574,6 +596,8 @@ class View:
                     if mine:
                         maintainer.apply(mine)
                         applied.append((maintainer, mine))
+            elif batches and loading and self.static:
+                self._delta = self.maintainer.load_batches(batches)
             elif batches:
                 self._delta = self.maintainer.apply(batches)
                 applied.append((self.maintainer, batches))
@@ -734,9 +758,16 @@ class Database:
             view._subscribers = subscribers
 
     # ---------------------------------------------------------------- views
-    def create_view(self, name: str, sql: str, strategy: str = "fivm") -> View:
+    def create_view(
+        self, name: str, sql: str, strategy: str = "fivm", static: Iterable[str] = ()
+    ) -> View:
         """Compile ``sql`` and maintain it from now on; the view starts from the tables'
-        current rows.  A rejected view leaves the database unchanged."""
+        current rows.  A rejected view leaves the database unchanged.
+
+        ``static`` names tables the view reads that will not change while it exists
+        (dimension tables loaded up front): the strategy then keeps no view that only their
+        updates would need (F-IVM's static relations), and a change of one of them is
+        rejected until the view is dropped."""
         if not isinstance(name, str) or not name:
             raise InputTypeError(f"a view name is a non-empty string, got {name!r}")
         if name.lower() in (n.lower() for n in self._views) or name in self.catalog:
@@ -744,15 +775,35 @@ class Database:
         if strategy not in STRATEGIES:
             raise InputTypeError(f"unknown strategy {strategy!r}; choose one of {STRATEGIES}")
         plan = compile_view(sql, self.catalog)
-        view = View(name, plan, strategy)
+        view = View(name, plan, strategy, self._static_tables(static, plan, name))
         load = {}
         for table in plan.tables:
             store = self._tables[table]
             if len(store):
                 load[table] = store.distinct()
-        view._apply(load)
+        view._apply(load, loading=True)
         self._views[name] = view
         return view
+
+    def _static_tables(self, static: Iterable[str], plan: ViewPlan, view: str) -> frozenset:
+        if isinstance(static, str | bytes) or not isinstance(static, Iterable):
+            raise InputTypeError(
+                f"static takes a list of table names, got {static!r} (write [{static!r}] for "
+                "one table)"
+            )
+        names = set()
+        for table in static:
+            if not isinstance(table, str):
+                raise InputTypeError(f"static: a table name is a string, got {table!r}")
+            name = self.catalog.table(table).name
+            if name not in plan.tables:
+                raise SqlNameError(
+                    f"static table {table!r} is not read by view {view!r} (it reads "
+                    f"{list(plan.tables)})",
+                    construct=table,
+                )
+            names.add(name)
+        return frozenset(names)
 
     def view(self, name: str) -> View:
         """The view called ``name``."""
@@ -807,6 +858,14 @@ class Database:
         changes = self._check(batches)
         if not changes:
             return
+        for view in self._views.values():
+            frozen = sorted(view.static & set(changes))
+            if frozen:
+                raise BatchError(
+                    f"table {frozen[0]!r} is static for view {view.name!r} (created with "
+                    f"static={sorted(view.static)}); drop the view to change it",
+                    frozen[0],
+                )
         typed = {t: (c.columns, c.signs) for t, c in changes.items()}
         touched = [v for v in self._views.values() if set(v.plan.tables) & set(typed)]
         # a LIMIT/OFFSET view's diff needs its whole result before (other groups move in)
