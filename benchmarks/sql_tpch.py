@@ -250,12 +250,15 @@ class RingmlSystem:
     """A ringml.sql Database with one view of one strategy."""
 
     def __init__(self, query: str, strategy: str, static: dict[str, pd.DataFrame]) -> None:
-        from ringml.sql import Database
+        from ringml.sql import Database, compile_view
 
         self.db = Database(SCHEMA)
         for table, frame in static.items():
             self.db.insert(table, frame)
-        self.view = self.db.create_view(query, QUERIES[query], strategy=strategy)
+        reads = compile_view(QUERIES[query], self.db.catalog).tables
+        self.view = self.db.create_view(
+            query, QUERIES[query], strategy=strategy, static=[t for t in static if t in reads]
+        )
         # the engine's share of an apply: time spent in the view's Maintainer.apply
         self.engine_seconds = 0.0
         maintainer_apply = self.view.maintainer.apply
