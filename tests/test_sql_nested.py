@@ -134,6 +134,11 @@ SUBQUERIES = {
         "AND b < SOME (SELECT dst FROM E WHERE E.src = R.a)",
         [],
     ),
+    "eq_all_ne_any": (
+        "SELECT a, x FROM R WHERE b = ALL (SELECT E.dst FROM E WHERE E.src = R.a) "
+        "AND a <> ANY (SELECT r2.b FROM R r2 WHERE r2.x > R.x)",
+        [],
+    ),
     "q18_like": (
         "SELECT S.c, SUM(S.y) AS s FROM S WHERE 1 <= (SELECT SUM(1) WHERE 2 < "
         "(SELECT SUM(R.x) FROM R WHERE R.b = S.b)) GROUP BY S.c",

@@ -547,7 +547,8 @@ class _Compiler(Binder):
 
     def quantified_subquery(self, op: str, node: Any, context: Context) -> Expr:
         """``x op ALL/ANY (SELECT y ...)``: no row with ``NOT (x op y)`` / some row with
-        ``x op y`` -- a count with that inequality as a correlation."""
+        ``x op y`` -- a count with that inequality as a correlation; ``= ALL`` / ``<> ANY``:
+        the rows equal to ``x`` are all / not all the rows."""
         e = self.exp
         quantifier = node.expression
         every = isinstance(quantifier, e.All)
@@ -556,8 +557,11 @@ class _Compiler(Binder):
         inner = _unaliased(e, select.expressions[0])
         if op == "=" and not every or op == "<>" and every:
             condition = "="  # IN / NOT IN
-        elif op in ("=", "<>"):
-            raise self.unsupported(f"{op} {word} (subquery)", node, word)
+        elif op in ("=", "<>"):  # = ALL: every row equals x; <> ANY: some row differs
+            star = e.Count(this=e.Star())
+            rows = self.subquery(select, star, [], node, context)
+            equal = self.subquery(select, star.copy(), [(inner, "=", node.this)], node, context)
+            return Cmp("=" if every else "<", equal, rows)
         else:
             condition = _NEGATE[op] if every else op
         # ``x condition y`` is ``y flipped x``: the inner side first
