@@ -107,6 +107,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+# the RSS probes of the engine benchmark (a script beside this one; neither imports ringml)
+from engine import _proc_status_kib, _reset_peak_rss
+
 REPO = Path(__file__).resolve().parents[1]
 SYSTEMS = ("fivm", "duckdb", "first_order", "recompute")
 RTOL = 1e-9
@@ -328,26 +331,6 @@ def make_system(query: str, system: str, static):
 
 
 # ============================================================================ the worker
-def _proc_status_kib(name: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(name + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-def _reset_peak_rss() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def worker(spec_path: str, query: str, system: str, result: str) -> None:
     """Replay the pickled stream on one (query, system); write ``result``.json / .pkl."""
     import resource
