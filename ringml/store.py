@@ -72,10 +72,16 @@ class ViewStore:
         self._support = None if self._derived else np.zeros(self.index.capacity, np.int64)
         self._secondary: dict[tuple[int, ...], PartialIndex] = {}
 
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_secondary"] = {}  # secondary indexes are rebuilt by the first probe
+        return state
+
     def __setstate__(self, state: dict) -> None:
         if "support" in state:  # pickled with its own array of derivation counts
             state["_support"] = state.pop("support")
             state["_derived"] = False
+        state["_secondary"] = {}  # (pickles of older versions held them)
         self.__dict__.update(state)
 
     @property
@@ -146,11 +152,10 @@ class ViewStore:
             if not self._derived:
                 self._support[dead] = 0
             self.index.remove(dead)
-        if self._secondary and (new.any() or zero.any()):
-            added, removed = slots[new & ~zero], int(zero.sum())
+        if self._secondary and new.any():
+            added = slots[new & ~zero]
             for partial in self._secondary.values():
                 partial.added(added)
-                partial.removed(removed)
 
     def _fit_capacity(self) -> None:
         """Grow the payloads and counts to the index's capacity."""
@@ -208,46 +213,35 @@ class ViewStore:
         return partial.matches(probe)
 
 
-#: A secondary index is rebuilt once its pending and removed slots pass a quarter of its
-#: runs, but never for fewer than this many.
+#: A secondary index is rebuilt from scratch once the entries of removed (or reused) slots
+#: pass a quarter of its entries, but never for fewer than this many.
 REBUILD_MIN = 1024
 
-
-def _runs(sub: np.ndarray, slots: np.ndarray) -> tuple[KeyIndex, np.ndarray, np.ndarray]:
-    """Slots grouped by their sub-keys: an index of the distinct sub-keys, the slots in
-    group order and each group's offsets (a CSR layout)."""
-    unique, groups = group_rows(sub)
-    sub_index = KeyIndex(sub.shape[1], max(unique.shape[0], 4))
-    sub_ids, _ = sub_index.get_or_insert(unique)
-    row_group = sub_ids[groups]
-    order = np.argsort(row_group, kind="stable")
-    offsets = np.zeros(sub_index.capacity + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row_group, minlength=sub_index.capacity), out=offsets[1:])
-    return sub_index, slots[order], offsets
+#: Levels of a secondary index: a level is merged into the one before it while that one
+#: holds at most this many times its entries (so there are O(log_GROWTH n) levels).
+GROWTH = 4
 
 
-def _expand(runs, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs (probe row, slot) of the slots of every probe row's group."""
-    sub_index, ordered_slots, offsets = runs
-    group = sub_index.lookup(probe)
-    rows = np.flatnonzero(group >= 0)
-    group = group[rows]
-    start = offsets[group]
-    counts = offsets[group + 1] - start
-    probe_rows = np.repeat(rows, counts)
-    run_start = np.repeat(start - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
-    return probe_rows, ordered_slots[np.arange(probe_rows.size) + run_start]
+class _Level:
+    """Slots sorted by the id of their sub-key (``groups`` ascending, ``slots`` alongside)."""
+
+    __slots__ = ("number", "groups", "slots")
+
+    def __init__(self, number: int, groups: np.ndarray, slots: np.ndarray) -> None:
+        self.number, self.groups, self.slots = number, groups, slots
 
 
 class PartialIndex:
     """A store's slots by part of their key, maintained incrementally.
 
-    Runs of slots per sub-key are built once from the live slots; slots added later are
-    kept as *pending* and matched directly.  A run's slot may have been removed since
-    (dropped: not live) or reused for another key (dropped: a reused slot is pending, and
-    pending slots are matched from the pending side only).  Once pending or removed slots
-    make up a quarter of the runs, the runs are rebuilt, so a join pays amortized time in
-    proportion to its probes and the change, not to the stored view.
+    Sub-keys get ids in one :class:`KeyIndex`; the slots sit in *levels* (the logarithmic
+    method): slots added since the last probe form a new level, sorted by sub-key id, and a
+    level is merged with the one before it while that one is not more than ``GROWTH`` times
+    larger.  A probe looks its sub-keys up once and searches every level, so a join pays
+    time in proportion to its probes, the change and log n, never to the stored view.  An
+    entry is valid while its slot is live and its level is the last that took the slot
+    (``owner``): removed and reused slots leave invalid entries behind, and once those are
+    a quarter of all entries everything is rebuilt.
     """
 
     def __init__(self, index: KeyIndex, positions: tuple[int, ...]) -> None:
@@ -257,41 +251,93 @@ class PartialIndex:
 
     def _build(self) -> None:
         slots = self.index.live_slots()
-        self.runs = _runs(self.index.keys[slots][:, self.positions], slots)
-        self.built = slots.size
+        self.sub_index = KeyIndex(len(self.positions), max(slots.size, 4))
+        self.owner = np.full(self.index.capacity, -1, dtype=np.int64)
+        self.levels: list[_Level] = []
         self.pending: list[np.ndarray] = []
-        self.is_pending = np.zeros(self.index.capacity, dtype=bool)
-        self.stale = 0
+        self.entries = 0
+        self._numbers = 0
+        if slots.size:
+            self.levels.append(self._level(self._group_ids(slots), slots))
+
+    def _group_ids(self, slots: np.ndarray) -> np.ndarray:
+        """Sub-key ids of ``slots``' keys (new sub-keys get ids)."""
+        sub = self.index.keys[slots][:, self.positions]
+        ids = self.sub_index.lookup(sub)
+        missing = np.flatnonzero(ids < 0)
+        if missing.size:
+            unique, inverse = group_rows(sub[missing])
+            fresh, _ = self.sub_index.get_or_insert(unique)
+            ids[missing] = fresh[inverse]
+        return ids
+
+    def _level(self, groups: np.ndarray, slots: np.ndarray) -> _Level:
+        order = np.argsort(groups, kind="stable")
+        level = _Level(self._numbers, groups[order], slots[order])
+        self._numbers += 1
+        self.owner[slots] = level.number
+        self.entries += slots.size
+        return level
+
+    def _valid(self, level: _Level) -> np.ndarray:
+        """Mask of the level's entries whose slots are live and still its own."""
+        return self.index.live[level.slots] & (self.owner[level.slots] == level.number)
 
     def added(self, slots: np.ndarray) -> None:
         """Slots that got (new) keys."""
         if slots.size:
-            if self.index.capacity > self.is_pending.size:
-                grown = np.zeros(self.index.capacity, dtype=bool)
-                grown[: self.is_pending.size] = self.is_pending
-                self.is_pending = grown
-            self.is_pending[slots] = True
             self.pending.append(slots)
 
-    def removed(self, count: int) -> None:
-        self.stale += count
+    def _take_pending(self) -> None:
+        """The slots added since the last probe become a level; merge the tail levels."""
+        fresh = np.unique(np.concatenate(self.pending))
+        self.pending = []
+        if self.index.capacity > self.owner.size:
+            grown = np.full(self.index.capacity, -1, dtype=np.int64)
+            grown[: self.owner.size] = self.owner
+            self.owner = grown
+        fresh = fresh[self.index.live[fresh]]
+        if not fresh.size:
+            return
+        self.levels.append(self._level(self._group_ids(fresh), fresh))
+        while len(self.levels) > 1 and (
+            self.levels[-2].slots.size <= GROWTH * self.levels[-1].slots.size
+        ):
+            newer, older = self.levels.pop(), self.levels.pop()
+            self.entries -= older.slots.size + newer.slots.size
+            keep_old, keep_new = self._valid(older), self._valid(newer)
+            groups = np.concatenate([older.groups[keep_old], newer.groups[keep_new]])
+            slots = np.concatenate([older.slots[keep_old], newer.slots[keep_new]])
+            self.levels.append(self._level(groups, slots))
 
     def matches(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        pending = sum(p.size for p in self.pending)
-        if 4 * (pending + self.stale) > max(self.built, REBUILD_MIN):
+        """Pairs (probe row, slot) with the slot's sub-key equal to the probe row."""
+        if self.pending:
+            self._take_pending()
+        stale = self.entries - len(self.index)  # entries of removed or reused slots
+        if 4 * stale > max(self.entries, REBUILD_MIN):
             self._build()
-            pending = 0
-        rows, slots = _expand(self.runs, probe)
-        if pending or self.stale:  # drop removed slots, and reused ones (they are pending)
-            keep = self.index.live[slots] & ~self.is_pending[slots]
-            rows, slots = rows[keep], slots[keep]
-        if pending:
-            fresh = np.unique(np.concatenate(self.pending))
-            fresh = fresh[self.index.live[fresh] & self.is_pending[fresh]]
-            if fresh.size:
-                more_rows, more_slots = _expand(
-                    _runs(self.index.keys[fresh][:, self.positions], fresh), probe
-                )
-                rows = np.concatenate([rows, more_rows])
-                slots = np.concatenate([slots, more_slots])
-        return rows, slots
+            stale = 0
+        groups = self.sub_index.lookup(probe)
+        rows = np.flatnonzero(groups >= 0)
+        groups = groups[rows]
+        found_rows, found_slots = [], []
+        for level in self.levels:
+            start = np.searchsorted(level.groups, groups, "left")
+            counts = np.searchsorted(level.groups, groups, "right") - start
+            total = int(counts.sum())
+            if not total:
+                continue
+            level_rows = np.repeat(rows, counts)
+            offset = np.repeat(start - (np.cumsum(counts) - counts), counts)
+            slots = level.slots[np.arange(total) + offset]
+            if stale:
+                keep = self.index.live[slots] & (self.owner[slots] == level.number)
+                level_rows, slots = level_rows[keep], slots[keep]
+            found_rows.append(level_rows)
+            found_slots.append(slots)
+        if not found_rows:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        if len(found_rows) == 1:
+            return found_rows[0], found_slots[0]
+        return np.concatenate(found_rows), np.concatenate(found_slots)

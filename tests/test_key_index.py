@@ -100,16 +100,17 @@ def test_groups_are_listed_once_after_the_index_moves(strategy, tree):
 def test_partial_key_matches_follow_additions_and_removals(steps, probes):
     """A store's secondary index (entries by the first key column) is kept across additions
     and removals (slots reused for other keys included) and always matches a dict, whether
-    it is rebuilt at every probe or only after many changes."""
+    it is rebuilt at every probe or only after many changes, and whether its levels are
+    merged at once, by the default rule or never."""
 
     from ringml import store as stores
 
-    for rebuild_min in (1, 10**9):
-        stores.REBUILD_MIN = rebuild_min
+    for rebuild_min, growth in ((1, 4), (10**9, 4), (10**9, 0), (10**9, 10**9)):
+        stores.REBUILD_MIN, stores.GROWTH = rebuild_min, growth
         try:
             _check_partial_matches(steps, probes)
         finally:
-            stores.REBUILD_MIN = 1024
+            stores.REBUILD_MIN, stores.GROWTH = 1024, 4
 
 
 def _check_partial_matches(steps, probes):
@@ -139,7 +140,7 @@ def _check_partial_matches(steps, probes):
             for r, s in zip(rows, slots, strict=True)
         )
         want = sorted((r, k) for r, a in enumerate(probes) for k in present if k[0] == a)
-        assert got == want
+        assert got == want  # (sorted lists: a pair found twice would show)
 
 
 def test_dictionary_values_and_numbers_grow_in_place():
