@@ -121,3 +121,61 @@ def test_bad_static_arguments_are_refused_and_change_nothing():
     with pytest.raises(SqlNameError, match="not read by view 'v'"):
         db.create_view("v", "SELECT COUNT(*) AS n FROM orders", static=["nation"])
     assert db.views == {}
+
+
+def test_static_rows_that_cannot_join_are_not_loaded():
+    """AFRICA's nations join no selected region: the view loads 2 regions and 4 nations."""
+    db, view = _database("fivm", ["region", "nation"])
+    assert view.maintainer.tuples_applied == 2 + 4
+    _, whole = _database("fivm", [])
+    assert whole.maintainer.tuples_applied == 2 + 6  # not static: every nation kept
+
+
+def _frames(rng, relations, size, domain):
+    return {
+        r: pd.DataFrame(rng.integers(0, domain, (size, len(cols))), columns=list(cols))
+        for r, cols in relations.items()
+    }
+
+
+def _participating(frames, relations):
+    """Per relation, the mask of rows that occur in the full natural join (pandas)."""
+    tagged = {r: f.assign(**{f"#{r}": np.arange(len(f))}) for r, f in frames.items()}
+    names = list(relations)
+    joined = tagged[names[0]]
+    for r in names[1:]:
+        shared = [c for c in relations[r] if c in joined.columns]
+        joined = (
+            joined.merge(tagged[r], on=shared) if shared else joined.merge(tagged[r], how="cross")
+        )
+    return {r: np.isin(np.arange(len(frames[r])), joined[f"#{r}"]) for r in names}
+
+
+@pytest.mark.parametrize("shape", ["path", "star", "triangle"])
+@pytest.mark.parametrize("seed", range(20))
+def test_semijoin_reduction_keeps_every_joining_row(shape, seed):
+    """reduce_static drops only rows outside the full join; for acyclic joins it drops all
+    of them (Yannakakis' full reducer), for the triangle at least every dangling one that
+    pairwise semijoins find."""
+    from ringml.batch import UpdateBatch
+    from ringml.query import Query
+    from ringml.sql.semijoin import reduce_static
+
+    relations = {
+        "path": {"R": "ab", "S": "bc", "T": "cd"},
+        "star": {"R": "ab", "S": "ac", "T": "ad"},
+        "triangle": {"R": "ab", "S": "bc", "T": "ca"},
+    }[shape]
+    relations = {r: tuple(c) for r, c in relations.items()}
+    rng = np.random.default_rng(seed)
+    frames = _frames(rng, relations, int(rng.integers(0, 12)), int(rng.integers(2, 7)))
+    batches = [UpdateBatch(r, f, np.ones(len(f), dtype=np.int64)) for r, f in frames.items()]
+    reduced = {b.relation: b.rows for b in reduce_static(Query(relations), batches, relations)}
+    wanted = _participating(frames, relations)
+    for r, frame in frames.items():
+        kept = reduced.get(r, frame.iloc[:0])
+        rows = set(map(tuple, kept.to_numpy().tolist()))
+        must = set(map(tuple, frame[wanted[r]].to_numpy().tolist()))
+        assert must <= rows  # nothing that joins is lost
+        if shape != "triangle":
+            assert rows == must  # acyclic: exactly the rows that join

@@ -37,6 +37,7 @@ from .residual import (
     keyed_subquery,
     passing,
 )
+from .semijoin import reduce_static
 from .tables import TableChange, TableStore, check_batches
 
 Subscriber = Callable[[pd.DataFrame], object]
@@ -597,6 +598,8 @@ class View:
                         maintainer.apply(mine)
                         applied.append((maintainer, mine))
             elif batches and loading and self.static:
+                static = [a.alias for a in self.plan.atoms if a.table in self.static]
+                batches = reduce_static(self.query, batches, static)
                 self._delta = self.maintainer.load_batches(batches)
             elif batches:
                 self._delta = self.maintainer.apply(batches)
