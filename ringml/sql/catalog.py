@@ -146,10 +146,13 @@ class TableSchema:
         if any(not isinstance(c, str) for c in frame.columns):
             frame = frame.set_axis(names, axis=1)
         arrays = _column_arrays(frame, list(self.columns))
-        return {
-            c: conform_column(self.name, c, kind, values)
-            for c, kind, values in zip(self.columns, self.types, arrays, strict=True)
-        }
+        out = {}
+        for c, kind, values in zip(self.columns, self.types, arrays, strict=True):
+            clean = _CLEAN_ARRAY.get((kind, values.dtype))
+            if clean is None or not clean(values):
+                values = conform_column(self.name, c, kind, values)
+            out[c] = values
+        return out
 
 
 def _reject(table: str, column: str, kind: str, values: np.ndarray, bad: np.ndarray, why: str):
@@ -167,6 +170,20 @@ def _reject(table: str, column: str, kind: str, values: np.ndarray, bad: np.ndar
 
 #: per kind, what ``infer_dtype(skipna=False)`` says of an object column that holds no NULL
 _CLEAN = {"int": "integer", "str": "string", "bool": "boolean"}
+
+#: per (kind, numpy dtype) of a batch column that is already the kind's array, a whole-array
+#: test that it is clean (no NULL, NaN, inf, NaT; text all ``str``): such a column is used
+#: as it is, one numpy pass or none; any other column (or a failed test) goes through
+#: :func:`conform_column`, which converts it or names the offending value.
+_CLEAN_ARRAY = {
+    ("int", np.dtype(np.int64)): lambda values: True,
+    ("float", np.dtype(np.float64)): lambda values: bool(np.isfinite(values).all()),
+    ("str", np.dtype(object)): lambda values: (
+        infer_dtype(values, skipna=False) in ("string", "empty")
+    ),
+    ("date", np.dtype("datetime64[ns]")): lambda values: not np.isnat(values).any(),
+    ("bool", np.dtype(bool)): lambda values: True,
+}
 
 
 def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:

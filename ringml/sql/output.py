@@ -152,8 +152,10 @@ def view_rows(
     start = plan.offset
     stop = None if plan.limit is None else start + plan.limit
     rows = rows[start:stop]
-    return pd.DataFrame(
-        {name: values[rows] for name, values in columns.items()}, index=pd.RangeIndex(rows.size)
+    return pd.DataFrame(  # fresh columns: no copy, no consolidation into blocks
+        {name: values[rows] for name, values in columns.items()},
+        index=pd.RangeIndex(rows.size),
+        copy=False,
     )
 
 

@@ -670,7 +670,8 @@ def alias_rows(
             None,
             error.value,
         ) from None
-    return pd.DataFrame(columns, index=pd.RangeIndex(n)), signs
+    # copy=False: the engine only reads the batch (a copy and consolidation cost ~90 us)
+    return pd.DataFrame(columns, index=pd.RangeIndex(n), copy=False), signs
 
 
 class _Filtered(dict):
