@@ -197,9 +197,9 @@ class KeyIndex:
     def _probe(self, keys: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Find each key; returns (slot or -1, table position where the probe stopped).
 
-        Probes a window of ``_WINDOW`` consecutive cells per round comparing stored 64-bit
-        hashes, then verifies the full key of the candidate; a batch finishes in one round at
-        the table's load factor.
+        Most keys are settled by their home cell; the others probe a window of ``_WINDOW``
+        consecutive cells per round, comparing the full keys stored there; a batch finishes
+        in one round at the table's load factor.
         """
         table = self._table
         mask = table.size - 1
@@ -213,43 +213,39 @@ class KeyIndex:
         settled = home == _EMPTY
         if occupied.any():
             occ = np.flatnonzero(occupied)
-            if self.width == 1:
-                same = self.keys[home[occ], 0] == keys[occ, 0]
-            else:
-                same = (self.keys[home[occ]] == keys[occ]).all(axis=1)
+            same = self._same_keys(home[occ], keys, occ)
             found[occ[same]] = home[occ[same]]
             settled[occ[same]] = True
         stop[settled] = pos[settled]
         active = np.flatnonzero(~settled)
         pos = pos[active]
         offsets = np.arange(_WINDOW, dtype=np.int64)
-        while active.size:
+        width = self.width
+        while active.size:  # the others: windows of cells, keys compared in place
             cells = (pos[:, None] + offsets) & mask
             slot = table[cells]
-            same_hash = (slot >= 0) & (self.hashes[np.maximum(slot, 0)] == h[active][:, None])
-            done = same_hash | (slot == _EMPTY)
-            any_done = done.any(axis=1)
+            inside = np.maximum(slot, 0)
+            done = slot >= 0
+            for j in range(width):
+                done &= self.keys[inside, j] == keys[active, j][:, None]
+            done |= slot == _EMPTY
             first = done.argmax(axis=1)
-            rows = np.flatnonzero(any_done)
-            cell = cells[rows, first[rows]]
-            candidate = slot[rows, first[rows]]
-            is_candidate = candidate >= 0
-            verified = np.zeros(rows.size, dtype=bool)
-            if is_candidate.any():
-                idx = np.flatnonzero(is_candidate)
-                verified[idx] = (self.keys[candidate[idx]] == keys[active[rows[idx]]]).all(axis=1)
-            found[active[rows[verified]]] = candidate[verified]
-            finished = verified | ~is_candidate
-            stop[active[rows[finished]]] = cell[finished]
-            # a 64-bit hash collision with a different key: keep probing after that cell
-            next_pos = (pos + _WINDOW) & mask
-            collided = rows[~finished]
-            next_pos[collided] = (cell[~finished] + 1) & mask
-            keep = ~any_done
-            keep[collided] = True
-            active = active[keep]
-            pos = next_pos[keep]
+            rows = np.arange(active.size)
+            finished = done[rows, first]
+            ended = active[finished]
+            found[ended] = slot[rows, first][finished]  # the key's slot, or -1 (empty)
+            stop[ended] = cells[rows, first][finished]
+            active = active[~finished]
+            pos = (pos[~finished] + _WINDOW) & mask
         return found, stop
+
+    def _same_keys(self, slots: np.ndarray, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Whether the key stored at each slot equals ``keys[rows]`` (column by column: 1-d
+        gathers, several times faster than comparing gathered rows)."""
+        same = self.keys[slots, 0] == keys[rows, 0]
+        for j in range(1, self.width):
+            same &= self.keys[slots, j] == keys[rows, j]
+        return same
 
     def _place(self, slots: np.ndarray, h: np.ndarray, start: np.ndarray | None = None) -> None:
         """Write new slots into empty table cells (linear probing, collisions resolved).

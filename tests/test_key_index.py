@@ -153,3 +153,44 @@ def test_dictionary_values_and_numbers_grow_in_place():
     assert d.numeric(np.arange(len(d))).dtype == np.float64
     assert len(d) == 6 and {1, 3, 5, 7, 2**60 + 1, 0.5} == set(d.values.tolist())
     np.testing.assert_array_equal(d.decode(d.encode(np.array([3, 7]))), [3, 7])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 3),
+    st.lists(
+        st.tuples(st.booleans(), st.lists(st.integers(-20, 20), min_size=1, max_size=40)),
+        min_size=1,
+        max_size=15,
+    ),
+)
+def test_colliding_hashes_probe_past_full_windows(width, steps):
+    """With a hash of a few values (many keys share home cells and 64-bit hashes, runs
+    longer than a probe window), inserts, removals (tombstones) and lookups still agree
+    with a dict."""
+    index = KeyIndex(width)
+    index.hashed = False
+    index._direct = None
+    index._hash = lambda keys: (keys[:, 0] % 3).astype(np.uint64)  # 3 hashes in all
+    present: dict[tuple, int] = {}
+    for remove, values in steps:
+        keys = np.asarray(sorted({_colliding_key(v, width) for v in values}), np.int64)
+        if remove:
+            gone = [k for k in map(tuple, keys.tolist()) if k in present]
+            if gone:
+                index.remove(np.asarray([present.pop(k) for k in gone], dtype=np.int64))
+        else:
+            slots, new = index.get_or_insert(keys)
+            for key, slot, fresh in zip(map(tuple, keys.tolist()), slots, new, strict=True):
+                assert fresh == (key not in present)
+                assert present.setdefault(key, int(slot)) == slot
+        probe = np.asarray([_colliding_key(v, width) for v in range(-22, 23)], np.int64)
+        got = index.lookup(probe)
+        want = [present.get(k, -1) for k in map(tuple, probe.tolist())]
+        assert got.tolist() == want
+        assert len(index) == len(present)
+
+
+def _colliding_key(v: int, width: int) -> tuple[int, ...]:
+    """Keys that share their first column (so their hashes) in groups of ~10."""
+    return (v,) if width == 1 else (v % 4, *([v] * (width - 1)))
