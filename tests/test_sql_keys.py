@@ -141,6 +141,74 @@ def test_keyed_deletes_must_match_the_stored_row_and_keys_hold_one_row():
     assert_same_rows(copy.view("revenue").to_pandas(), duckdb_rows(VIEW, tables(copy)), "copy")
 
 
+def test_rejected_batches_release_the_keys_they_reserved():
+    """Checking a batch reserves an index entry (multiplicity 0) for each new key: whatever
+    rejects the batch afterwards (its own deletes, another table's, a view that cannot
+    evaluate it, a static table) releases them, so the index holds exactly the stored rows;
+    entries a prepared change leaves behind (never committed) are read as no row."""
+    db = Database(SCHEMA)
+    db.insert("Orders", orders([1, 2, 3], ["ann", "bo", "ann"], [0, 1, 2], [1.0, 2.0, 3.0]))
+    db.insert("Bag", {"k": [1, 1], "v": [0.5, 0.5]})
+    db.insert("Notes", {"body": ["x"], "at": ["2020-01-01"]})
+    # id * 2e18 overflows BIGINT from id 5 on; k * 4e18 from k 3 on
+    db.create_view("o", "SELECT COUNT(*) AS n FROM Orders WHERE id * 2000000000000000000 > 0")
+    db.create_view("b", "SELECT COUNT(*) AS n FROM Bag WHERE k * 4000000000000000000 > 0")
+    db.create_view("s", "SELECT COUNT(*) AS n FROM Notes", static=["Notes"])
+    before = snapshot(db)
+
+    def entries() -> dict[str, int]:
+        return {name: len(store.index) for name, store in db._tables.items()}
+
+    stored = {"Orders": 3, "Lines": 0, "Notes": 1, "Bag": 1}
+    assert entries() == stored
+    rejected = [
+        ([UpdateBatch.inserts("Orders", orders([4, 5], ["c", "d"], [3, 4], [1, 2]))], "BIGINT"),
+        ([UpdateBatch.inserts("Bag", {"k": [2, 7], "v": [1.0, 1.0]})], "BIGINT"),
+        ([UpdateBatch.inserts("Notes", {"body": ["y"], "at": ["2020-01-02"]})], "static"),
+        (
+            [
+                UpdateBatch.inserts("Orders", orders([4], ["cy"], [3], [1.0])),
+                UpdateBatch.inserts("Bag", {"k": [2], "v": [9.0]}),
+                UpdateBatch.deletes("Lines", lines([1], [1], [1.0], ["a"])),
+            ],
+            "not present",
+        ),
+        (
+            [
+                UpdateBatch.inserts("Orders", orders([6, 7], ["cy", "di"], [3, 4], [1.0, 2.0])),
+                UpdateBatch.deletes("Orders", orders([1], ["ann"], [0], [9.0])),
+            ],
+            "total = 1.0",
+        ),
+    ]
+    for batches, message in rejected:
+        with pytest.raises(BatchError, match=message):
+            db.apply(batches)
+        assert snapshot(db) == before
+        assert entries() == stored
+    db.insert("Orders", orders([4], ["cy"], [3], [1.0]))  # the released keys come in
+    db.insert("Bag", {"k": [2], "v": [1.0]})
+    assert entries() == {**stored, "Orders": 4, "Bag": 2}
+    assert db.view("o").to_pandas()["n"].tolist() == [4]
+    assert db.view("b").to_pandas()["n"].tolist() == [3]
+
+    # a change prepared and never committed (a model that refused its rows): no row
+    store = Database(SCHEMA)._tables["Lines"]
+    frame = lines([1, 2], [1, 1], [2.0, 3.0], ["a", "b"])
+    ones = np.ones(2, dtype=np.int64)
+    store.commit(store.prepare(store.schema.conform_columns(frame.iloc[:1]), ones[:1]))
+    gone = store.schema.conform_columns(frame.iloc[1:])
+    store.prepare(gone, ones[:1])  # key (2, 1) reserved, no row
+    assert store.frame().values.tolist() == [[1, 1, 2.0, "a"]] and len(store) == 1
+    assert store.distinct()[1].tolist() == [1] and len(store.index) == 2
+    with pytest.raises(BatchError, match="no row has its primary key"):
+        store.prepare(gone, -ones[:1])
+    store.commit(store.prepare(gone, ones[:1]))  # the reserved key takes its row
+    assert sorted(store.frame().values.tolist()) == [[1, 1, 2.0, "a"], [2, 1, 3.0, "b"]]
+    store.commit(store.prepare(gone, -ones[:1]))
+    assert store.frame().values.tolist() == [[1, 1, 2.0, "a"]] and len(store.index) == 1
+
+
 def test_text_date_float_and_composite_keys():
     db = Database(
         "CREATE TABLE N (body VARCHAR PRIMARY KEY, at DATE);"
@@ -325,9 +393,11 @@ def test_keyed_streams_against_duckdb(data):
             with pytest.raises(BatchError):
                 db.apply([UpdateBatch("L", frame, np.array(signs))])
             assert snapshot(db) == before
+            assert len(db._tables["L"].index) == len(present)  # reserved keys released
             continue
         db.apply([UpdateBatch("L", frame, np.array(signs))])
         present = expected
+        assert len(db._tables["L"].index) == len(present)
         table = db.table("L")
         assert sorted(map(tuple, table.values.tolist())) == sorted(
             (*k, *v) for k, v in present.items()

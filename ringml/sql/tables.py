@@ -16,11 +16,15 @@ column, at the row's slot of a :class:`~ringml.keyindex.KeyIndex`.  The index is
   fingerprints`): equal rows have equal fingerprints; two distinct rows sharing one
   (probability about n²/2⁶⁵) would be taken for each other.
 
-A batch is checked first (:meth:`TableStore.prepare`, which changes nothing) and applied
-later (:meth:`TableStore.commit`), so a database can check every table of an atomic batch
-before anything changes.  All work is on whole arrays: a keyed batch whose keys are
-distinct costs a sort of its key hashes, one index lookup, a comparison of the rows whose
-key is present with the stored ones, and one write per column of its new rows.
+A batch is checked first (:meth:`TableStore.prepare`) and applied later
+(:meth:`TableStore.commit`), or dropped (:meth:`TableStore.abandon`), so a database can
+check every table of an atomic batch before anything changes.  Preparing finds or reserves
+the index entry of every key of the batch in one pass (a reserved entry holds a row of
+multiplicity 0, which no read sees: the table's rows are unchanged until the commit, which
+then needs no second lookup); a commit or an abandon releases the entries left empty.  All
+work is on whole arrays: a keyed batch whose keys are distinct costs a sort of its key
+hashes, one index pass, a comparison of the rows whose key is present with the stored
+ones, and one write per column of its new rows.
 """
 
 from __future__ import annotations
@@ -42,19 +46,19 @@ Columns = dict[str, np.ndarray]
 @dataclass
 class TableChange:
     """A checked batch of one table (``columns``: its typed rows, ``signs``: their
-    multiplicities) and what committing it does: per changed stored row, its index key,
-    its slot (-1: found or placed at commit), the batch row holding its values, the change
-    of its multiplicity and whether the slot takes the row's values (a keyed row replaced
-    by another row of its key)."""
+    multiplicities) and what committing it does: per changed stored row, its slot, the
+    batch row holding its values, the change of its multiplicity and whether the slot
+    takes the row's values (a new row, or a keyed row replaced by another row of its key);
+    ``placed``: the index entries reserved for keys not stored (empty ones are released)."""
 
     table: str
     columns: Columns
     signs: np.ndarray
-    keys: np.ndarray
     slots: np.ndarray
     rows: np.ndarray
     net: np.ndarray
-    rewrite: np.ndarray
+    write: np.ndarray
+    placed: np.ndarray
 
     def __len__(self) -> int:
         return len(self.signs)
@@ -75,8 +79,7 @@ class TableStore:
         self.index = KeyIndex(len(key)) if key else KeyIndex(1, hashed=True)
         self.counts = np.zeros(16, dtype=np.int64)
         self.values = {
-            c: _empty(kind, 16)
-            for c, kind in zip(schema.columns, schema.types, strict=True)
+            c: _empty(kind, 16) for c, kind in zip(schema.columns, schema.types, strict=True)
         }
         self.size = 0  # rows, counted with multiplicity
 
@@ -85,7 +88,8 @@ class TableStore:
         """Check a typed batch (``columns``: per column of the table its typed values, as
         :meth:`TableSchema.conform_columns` gives them; ``signs``: +1 insert, -1 delete, or
         any multiplicity); :class:`BatchError` naming a deleted row that is not present or,
-        with a primary key, a row whose key would be held twice.  Changes nothing."""
+        with a primary key, a row whose key would be held twice.  Changes no row: the
+        change is applied by :meth:`commit` or dropped by :meth:`abandon`."""
         if isinstance(columns, pd.DataFrame):
             columns = {c: columns[c].to_numpy() for c in self.schema.columns}
         signs = np.asarray(signs, dtype=np.int64)
@@ -97,24 +101,23 @@ class TableStore:
         fingerprints = self.fingerprints(columns)
         unique, first, inverse = np.unique(fingerprints, return_index=True, return_inverse=True)
         net = _sum_by(inverse.ravel(), signs, unique.size)
-        slots = np.full(unique.size, -1, dtype=np.int64)
-        if (signs < 0).any():
-            slots = self.index.lookup(unique[:, None])
-            current = np.where(slots >= 0, self.counts[np.maximum(slots, 0)], 0)
-            bad = np.flatnonzero(current + net < 0)
-            if bad.size:
-                row = int(np.flatnonzero((inverse.ravel() == bad[0]) & (signs < 0))[0])
-                self._absent(columns, row, "")
+        slots, placed = self._slots_of(unique[:, None])
+        current = self.counts[slots]
+        bad = np.flatnonzero(current + net < 0)
+        if bad.size:
+            self.index.remove(placed)
+            row = int(np.flatnonzero((inverse.ravel() == bad[0]) & (signs < 0))[0])
+            self._absent(columns, row, "")
         moved = np.flatnonzero(net != 0)
         return TableChange(
             self.schema.name,
             columns,
             signs,
-            unique[moved][:, None],
             slots[moved],
             first[moved],
             net[moved],
-            np.zeros(moved.size, dtype=bool),
+            current[moved] == 0,
+            placed,
         )
 
     def _prepare_keyed(self, columns: Columns, signs: np.ndarray) -> TableChange:
@@ -134,9 +137,9 @@ class TableStore:
             unit_group = inverse[unit_row]
             unit_net = _sum_by(unit_inverse, signs, unit_row.size)
         m = first.size
-        slots = self.index.lookup(images[first])
-        present = slots >= 0
-        stored = np.where(present, self.counts[np.maximum(slots, 0)], 0)
+        slots, placed = self._slots_of(images[first])
+        stored = self.counts[slots]
+        present = stored > 0
         equal = np.zeros(unit_row.size, dtype=bool)
         probe = np.flatnonzero(present[unit_group])
         if probe.size:
@@ -144,14 +147,17 @@ class TableStore:
         final = unit_net + np.where(equal, stored[unit_group], 0)
         bad = np.flatnonzero(final < 0)
         if bad.size:
+            self.index.remove(placed)
             unit = int(bad[0])
-            slot = int(slots[unit_group[unit]])
+            key = unit_group[unit]
+            slot = int(slots[key]) if present[key] else -1
             self._absent(columns, int(unit_row[unit]), self._differs(slot, columns, unit_row[unit]))
         covered = np.zeros(m, dtype=bool)
         covered[unit_group[equal]] = True
         total = _sum_by(unit_group, final, m) + np.where(covered, 0, stored)
         twice = np.flatnonzero(total > 1)
         if twice.size:
+            self.index.remove(placed)
             self._duplicate(columns, images, first, int(twice[0]), bool(present[twice[0]]))
         alive = np.flatnonzero(final > 0)
         survivor = np.full(m, -1, dtype=np.int64)
@@ -165,12 +171,21 @@ class TableStore:
             self.schema.name,
             columns,
             signs,
-            images[first[moved]],
             slots[moved],
             rows,
             change[moved],
-            rewrite[moved],
+            rewrite[moved] | ~present[moved],
+            placed,
         )
+
+    def _slots_of(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The slot of every (distinct) index key, reserving one of multiplicity 0 for each
+        absent key; also the reserved slots."""
+        slots, new = self.index.get_or_insert(keys)
+        top = int(slots.max()) + 1 if slots.size else 0
+        if top > self.counts.size:
+            self._grow(max(top, 2 * self.counts.size))
+        return slots, slots[new]
 
     def key_images(self, columns: Columns) -> np.ndarray:
         """The primary key of every row as an ``(n, width)`` int64 array (the index's
@@ -217,7 +232,7 @@ class TableStore:
 
     def _differs(self, slot: int, columns: Columns, row: int) -> str:
         """Why a batch row is not the stored row of its key (error messages only)."""
-        if slot < 0:
+        if slot < 0:  # absent (or only reserved by a batch)
             return " (no row has its primary key)"
         for column, stored in self.values.items():
             if not stored[slot] == columns[column][row]:
@@ -251,30 +266,28 @@ class TableStore:
     # ------------------------------------------------------------------ changing
     def commit(self, change: TableChange) -> None:
         """Apply a prepared change (nothing else may have changed the table since)."""
-        if not change.net.size:
-            return
-        slots = change.slots.copy()
-        write = change.rewrite.copy()
-        unknown = np.flatnonzero(slots < 0)
-        if unknown.size:
-            found, new = self.index.get_or_insert(change.keys[unknown])
-            slots[unknown] = found
-            write[unknown[new]] = True
-            top = int(found.max()) + 1 if found.size else 0
-            if top > self.counts.size:
-                self._grow(max(top, 2 * self.counts.size))
+        slots, write = change.slots, change.write
         if write.any():
             at, rows = slots[write], change.rows[write]
             for column, target in self.values.items():
                 target[at] = change.columns[column][rows]
         self.counts[slots] += change.net
         self.size += int(change.net.sum())
+        # rows deleted, and entries reserved for keys whose rows came and went in the batch
         gone = slots[self.counts[slots] == 0]
+        placed = change.placed[self.counts[change.placed] == 0]
+        if placed.size:
+            gone = np.concatenate([gone, placed])
         if gone.size:
             self.index.remove(gone)
             for target in self.values.values():
                 if target.dtype == object:
                     target[gone] = None  # release the strings
+
+    def abandon(self, change: TableChange) -> None:
+        """Drop a prepared change that will not be committed (releases its reserved index
+        entries; the rows were never changed)."""
+        self.index.remove(change.placed)
 
     def _grow(self, capacity: int) -> None:
         """Room for slots below ``capacity`` (doubling: the copies are amortized O(1) per
@@ -292,6 +305,7 @@ class TableStore:
     def distinct(self) -> tuple[Columns, np.ndarray]:
         """The distinct rows (typed columns) and their multiplicities."""
         slots = self.index.live_slots()
+        slots = slots[self.counts[slots] > 0]  # not the entries a batch reserved
         return {c: v[slots] for c, v in self.values.items()}, self.counts[slots].copy()
 
     def frame(self) -> pd.DataFrame:
@@ -310,7 +324,8 @@ def check_batches(
     stores: Mapping[str, TableStore], batches: Sequence[UpdateBatch]
 ) -> dict[str, TableChange]:
     """Type-check batches of any tables (names matched like SQL identifiers) and the
-    deletes of every table, several batches of one table taken together; nothing changes."""
+    deletes of every table, several batches of one table taken together; no row changes
+    (commit the changes, or :func:`abandon_changes`)."""
     parts: dict[str, list[Columns]] = {}
     signs: dict[str, list[np.ndarray]] = {}
     for batch in batches:
@@ -336,16 +351,26 @@ def check_batches(
             )
         parts.setdefault(schema.name, []).append(columns)
         signs.setdefault(schema.name, []).append(sign)
-    changes = {}
-    for table, pieces in parts.items():
-        columns = (
-            pieces[0]
-            if len(pieces) == 1
-            else {c: np.concatenate([p[c] for p in pieces]) for c in pieces[0]}
-        )
-        if len(columns[stores[table].schema.columns[0]]):
-            changes[table] = stores[table].prepare(columns, np.concatenate(signs[table]))
+    changes: dict[str, TableChange] = {}
+    try:
+        for table, pieces in parts.items():
+            columns = (
+                pieces[0]
+                if len(pieces) == 1
+                else {c: np.concatenate([p[c] for p in pieces]) for c in pieces[0]}
+            )
+            if len(columns[stores[table].schema.columns[0]]):
+                changes[table] = stores[table].prepare(columns, np.concatenate(signs[table]))
+    except BaseException:
+        abandon_changes(stores, changes)
+        raise
     return changes
+
+
+def abandon_changes(stores: Mapping[str, TableStore], changes: Mapping[str, TableChange]) -> None:
+    """Drop prepared changes that will not be committed (see :meth:`TableStore.abandon`)."""
+    for table, change in changes.items():
+        stores[table].abandon(change)
 
 
 def _key_groups(images: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:

@@ -24,7 +24,7 @@ from .compiler import compile_view
 from .errors import SqlNameError, SqlTypeError, SqlUnsupportedError
 from .expressions import Col
 from .logical import AtomPlan, ViewPlan
-from .tables import TableChange, TableStore, check_batches
+from .tables import TableChange, TableStore, abandon_changes, check_batches
 from .views import item_batches
 
 
@@ -93,8 +93,9 @@ class TrainingJoin:
 class Feed:
     """Base-table rows -> the rows of a training query's FROM items.  Rows of any table of
     the catalog are type-checked and deletes checked against the rows fed so far (rows of
-    tables the query does not read go nowhere else); :meth:`prepare` changes nothing,
-    :meth:`commit` records a prepared change once the model took it."""
+    tables the query does not read go nowhere else); :meth:`prepare` changes no row,
+    :meth:`commit` records a prepared change once the model took it (:meth:`abandon` drops
+    it otherwise)."""
 
     def __init__(self, join: TrainingJoin) -> None:
         self.join = join
@@ -114,11 +115,19 @@ class Feed:
         for table, change in changes.items():
             self.tables[table].commit(change)
 
+    def abandon(self, changes: dict[str, TableChange]) -> None:
+        """Drop prepared changes the model did not take."""
+        abandon_changes(self.tables, changes)
+
     def apply(self, maintainer: Maintainer, updates: Sequence[UpdateBatch]) -> None:
         """Feed ``updates`` to ``maintainer`` atomically."""
         batches, changes = self.prepare(updates)
-        if batches:
-            maintainer.apply(batches)
+        try:
+            if batches:
+                maintainer.apply(batches)
+        except BaseException:
+            self.abandon(changes)
+            raise
         self.commit(changes)
 
 

@@ -38,7 +38,7 @@ from .residual import (
     passing,
 )
 from .semijoin import reduce_static
-from .tables import TableChange, TableStore, check_batches
+from .tables import TableChange, TableStore, abandon_changes, check_batches
 
 Subscriber = Callable[[pd.DataFrame], object]
 
@@ -862,6 +862,28 @@ class Database:
         changes = self._check(batches)
         if not changes:
             return
+        try:
+            touched, before = self._apply_views(changes)
+        except BaseException:
+            abandon_changes(self._tables, changes)
+            raise
+        for table, change in changes.items():
+            self._tables[table].commit(change)
+        for view in touched:
+            if not view._subscribers:
+                continue
+            if view.windowed:
+                diff = row_changes(before[view.name], view.to_pandas())
+            else:
+                diff = view.diff(view._delta)
+            if len(diff):
+                for subscription in list(view._subscribers):
+                    subscription.callback(diff)
+
+    def _apply_views(self, changes: Mapping[str, TableChange]) -> tuple[list, dict]:
+        """Feed checked table changes to every view reading a changed table (all views
+        unchanged if one fails); the views touched and, per windowed view with subscribers,
+        its rows before."""
         for view in self._views.values():
             frozen = sorted(view.static & set(changes))
             if frozen:
@@ -885,18 +907,7 @@ class Database:
             if isinstance(error, BatchError):
                 raise
             raise BatchError(str(error)) from error
-        for table, change in changes.items():
-            self._tables[table].commit(change)
-        for view in touched:
-            if not view._subscribers:
-                continue
-            if view.windowed:
-                diff = row_changes(before[view.name], view.to_pandas())
-            else:
-                diff = view.diff(view._delta)
-            if len(diff):
-                for subscription in list(view._subscribers):
-                    subscription.callback(diff)
+        return touched, before
 
     def _check(self, batches: Sequence[UpdateBatch]) -> dict[str, TableChange]:
         """Type-check every batch and the deletes of every table (nothing changes)."""
