@@ -441,6 +441,8 @@ def _scatter_rows(x: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarra
     """``out[g] = sum of x[i] with groups[i] == g`` for a 1-d or 2-d float array, summed in
     row order from 0.0 (``np.bincount``'s order; bit for bit the same when most groups get
     one row and their rows are added in rounds, one row per group and round)."""
+    if n_groups == 1 and len(groups):  # one group: a running sum down the rows
+        return _column_sums(x)[None]
     if x.ndim == 1:
         return np.bincount(groups, weights=x, minlength=n_groups).astype(np.float64, copy=False)
     d = x.shape[1]
@@ -473,6 +475,17 @@ def _scatter_rows(x: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarra
     flat = (groups[:, None] * d + np.arange(d, dtype=np.int64)).ravel()
     out.ravel()[:] = np.bincount(flat, weights=x.ravel(), minlength=n_groups * d)
     return out
+
+
+def _column_sums(x: np.ndarray) -> np.ndarray:
+    """Sums of the columns of a 1-d or 2-d float array (rows >= 1), added in row order
+    from 0.0 as ``np.bincount`` adds them: numpy reduces a C-ordered array along its
+    first axis row by row (pairwise summation is only along the contiguous axis), and a
+    running sum (``np.cumsum``) adds strictly in order; zeros made +0.0 as ``0.0 + ...``
+    makes them."""
+    if x.ndim == 2 and x.shape[1] > 1:  # along the slow axis numpy adds row by row
+        return np.add.reduce(np.ascontiguousarray(x), axis=0) + 0.0
+    return np.cumsum(x, axis=0)[-1] + 0.0
 
 
 def _two_sum(hi: np.ndarray, lo: np.ndarray, at: slice | np.ndarray, add: np.ndarray) -> None:
@@ -2016,14 +2029,15 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         g_rows = groups if groups is not None else np.zeros(n, dtype=np.int64)
         out_count = _scatter_rows(count, g_rows, n_groups)
         out_sums = np.zeros((n_groups, p))
-        held = [(mine, s) for mine, s in zip(owned, sums, strict=True) if len(mine)]
-        if held:  # every factor's columns side by side: one bincount
-            at = np.concatenate([mine for mine, _ in held])
-            out_sums[:, at] = _scatter_rows(np.hstack([s for _, s in held]), g_rows, n_groups)
         out_prods = np.zeros((n_groups, self._packed))
-        if dense:
-            at = np.concatenate([at for _, at, _ in dense])
-            out_prods[:, at] = _scatter_rows(np.hstack([v for _, _, v in dense]), g_rows, n_groups)
+        for out, blocks in (
+            (out_sums, [(mine, s) for mine, s in zip(owned, sums, strict=True) if len(mine)]),
+            (out_prods, [(at, v) for _, at, v in dense]),
+        ):
+            if not blocks:
+                continue
+            at = np.concatenate([at for at, _ in blocks])  # every block side by side
+            out[:, at] = _scatter_rows(np.hstack([v for _, v in blocks]), g_rows, n_groups)
         if not (
             math.isfinite(out_count.sum())
             and math.isfinite(out_sums.sum())
@@ -2291,26 +2305,37 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         d = self._deferred(target, values)
         if d is None:
             return False
-        key = d.pack(slots[values.rows], values.entry, values.key1, values.key2)
-        order = np.argsort(key, kind="stable")
-        key, value = key[order], values.value[order]
-        new = np.empty(len(key), dtype=bool)
-        new[0] = True
-        np.not_equal(key[1:], key[:-1], out=new[1:])
-        if not new.all():  # repeated entries in the delta: add them up first
-            starts = np.flatnonzero(new)
-            key, value = key[starts], np.add.reduceat(value, starts)
+        rows = values.rows
+        key = d.pack(slots[rows], values.entry, values.key1, values.key2)
+        value = values.value
+        # a plain table is coalesced (rows ascending): with unique slots, its entries in the
+        # order of their slots are the rows' runs, each sorted, taken in that order
+        if len(slots) > 1 and not (slots[1:] > slots[:-1]).all():
+            by_slot = np.argsort(slots)
+            starts = np.searchsorted(rows, np.arange(len(slots) + 1, dtype=np.int64))
+            _, order = _ranges(starts[by_slot], (starts[1:] - starts[:-1])[by_slot])
+            key, value = key[order], value[order]
+        if len(key) > 1 and not (key[1:] > key[:-1]).all():  # not coalesced: sort and add up
+            order = np.argsort(key, kind="stable")
+            key, value = key[order], value[order]
+            new = np.empty(len(key), dtype=bool)
+            new[0] = True
+            np.not_equal(key[1:], key[:-1], out=new[1:])
+            if not new.all():  # repeated entries in the delta: add them up first
+                starts = np.flatnonzero(new)
+                key, value = key[starts], np.add.reduceat(value, starts)
         for run_key, run_value in ((d.mkey, d.mval), (d.pkey, d.pval)):
             if not len(key) or not len(run_key):
                 continue
             pos = np.searchsorted(run_key, key)
-            hit = pos < len(run_key)
-            hit[hit] = run_key[pos[hit]] == key[hit]
+            np.minimum(pos, len(run_key) - 1, out=pos)
+            hit = run_key[pos] == key
             if hit.any():
                 at = pos[hit]
-                d.zeros -= int(np.count_nonzero(run_value[at] == 0))
-                run_value[at] += value[hit]
-                d.zeros += int(np.count_nonzero(run_value[at] == 0))
+                before = run_value[at]
+                after = before + value[hit]
+                run_value[at] = after
+                d.zeros += int(np.count_nonzero(after == 0)) - int(np.count_nonzero(before == 0))
                 miss = ~hit
                 key, value = key[miss], value[miss]
         fresh = value != 0
