@@ -296,8 +296,16 @@ class TableStore:
         counts[: self.counts.size] = self.counts
         self.counts = counts
         for column, kind in zip(self.schema.columns, self.schema.types, strict=True):
-            grown = _empty(kind, capacity)
             old = self.values[column]
+            if old.dtype == object and old.flags.owndata and old.flags.c_contiguous:
+                # text: the buffer of pointers is reallocated in place, and no string's
+                # reference count is touched (a copy would visit every string twice, ~10x
+                # slower); no view of a store's column ever leaves the store
+                size = old.size
+                old.resize(capacity, refcheck=False)
+                old[size:] = None
+                continue
+            grown = _empty(kind, capacity)
             grown[: old.size] = old
             self.values[column] = grown
 
