@@ -126,16 +126,14 @@ class TableStore:
         the stored count when it equals the stored row) must be >= 0, and the key's rows
         after the batch at most one."""
         images = self.key_images(columns)
-        n = images.shape[0]
         grouped = _key_groups(images)
-        if grouped is None:  # every key once: a unit per row
-            first = unit_row = unit_group = np.arange(n)
-            unit_net = signs
-        else:  # a key twice (e.g. an update): group rows by key, then by all their values
-            first, inverse = grouped
-            unit_row, unit_inverse = _row_groups(columns, self.schema)
-            unit_group = inverse[unit_row]
-            unit_net = _sum_by(unit_inverse, signs, unit_row.size)
+        if grouped is None:  # every key once (the usual batch): a unit per row
+            return self._prepare_distinct_keys(columns, signs, images)
+        # a key twice (e.g. an update): group rows by key, then by all their values
+        first, inverse = grouped
+        unit_row, unit_inverse = _row_groups(columns, self.schema)
+        unit_group = inverse[unit_row]
+        unit_net = _sum_by(unit_inverse, signs, unit_row.size)
         m = first.size
         slots, placed = self._slots_of(images[first])
         stored = self.counts[slots]
@@ -175,6 +173,45 @@ class TableStore:
             rows,
             change[moved],
             rewrite[moved] | ~present[moved],
+            placed,
+        )
+
+    def _prepare_distinct_keys(
+        self, columns: Columns, signs: np.ndarray, images: np.ndarray
+    ) -> TableChange:
+        """:meth:`_prepare_keyed` of a batch whose keys are distinct: one unit per row."""
+        slots, placed = self._slots_of(images)
+        stored = self.counts[slots]
+        present = stored > 0
+        equal = np.zeros(slots.size, dtype=bool)
+        probe = np.flatnonzero(present)
+        if probe.size:
+            equal[probe] = self._equal(slots[probe], columns, probe)
+        final = signs + np.where(equal, stored, 0)  # the batch row's count after the batch
+        bad = np.flatnonzero(final < 0)
+        if bad.size:
+            self.index.remove(placed)
+            row = int(bad[0])
+            slot = int(slots[row]) if present[row] else -1
+            self._absent(columns, row, self._differs(slot, columns, row))
+        # the key's rows after the batch: the batch row's, and the stored one if it differs
+        total = final + np.where(equal, 0, stored)
+        twice = np.flatnonzero(total > 1)
+        if twice.size:
+            self.index.remove(placed)
+            row = int(twice[0])
+            self._duplicate(columns, images, np.arange(slots.size), row, bool(present[row]))
+        # with at most one row per key, a stored row that differs from the batch's is
+        # never replaced here (that is two rows of the key): new keys' rows are written
+        moved = np.flatnonzero(total != stored)
+        return TableChange(
+            self.schema.name,
+            columns,
+            signs,
+            slots[moved],
+            moved,
+            (total - stored)[moved],
+            ~present[moved],
             placed,
         )
 
