@@ -29,6 +29,7 @@ ones, and one write per column of its new rows.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -261,10 +262,12 @@ class TableStore:
         return TupleCounts.fingerprints(keys)
 
     def _equal(self, slots: np.ndarray, columns: Columns, rows: np.ndarray) -> np.ndarray:
-        """Whether each stored row at ``slots`` equals the batch row at ``rows``."""
+        """Whether each stored row at ``slots`` equals the batch row at ``rows`` (rows of
+        the stored rows' keys: the key columns the index compares exactly are skipped)."""
         same = np.ones(slots.size, dtype=bool)
-        for column, stored in self.values.items():
-            same &= np.asarray(stored[slots] == columns[column][rows], dtype=bool)
+        rows = _span(rows)
+        for column in _unkeyed_columns(self.schema):
+            same &= np.asarray(self.values[column][slots] == columns[column][rows], dtype=bool)
         return same
 
     def _differs(self, slot: int, columns: Columns, row: int) -> str:
@@ -305,7 +308,7 @@ class TableStore:
         """Apply a prepared change (nothing else may have changed the table since)."""
         slots, write = change.slots, change.write
         if write.any():
-            at, rows = slots[write], change.rows[write]
+            at, rows = slots[write], _span(change.rows[write])
             for column, target in self.values.items():
                 target[at] = change.columns[column][rows]
         self.counts[slots] += change.net
@@ -416,6 +419,23 @@ def abandon_changes(stores: Mapping[str, TableStore], changes: Mapping[str, Tabl
     """Drop prepared changes that will not be committed (see :meth:`TableStore.abandon`)."""
     for table, change in changes.items():
         stores[table].abandon(change)
+
+
+def _span(positions: np.ndarray) -> np.ndarray | slice:
+    """``positions`` as a slice when they are consecutive and ascending (e.g. a batch's
+    inserts before its deletes): a view of each column instead of a gather."""
+    n = positions.size
+    if n and positions[-1] - positions[0] == n - 1 and (np.diff(positions) == 1).all():
+        return slice(int(positions[0]), int(positions[-1]) + 1)
+    return positions
+
+
+@functools.lru_cache(maxsize=256)
+def _unkeyed_columns(schema: TableSchema) -> tuple[str, ...]:
+    """The columns a row's key does not settle: all but the key columns the index holds
+    exactly (text keys are held as hashes, so text key columns are compared too)."""
+    exact = {c for c in schema.key if schema.type_of(c) != "str"}
+    return tuple(c for c in schema.columns if c not in exact)
 
 
 def _key_groups(images: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
