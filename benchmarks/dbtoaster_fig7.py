@@ -66,7 +66,6 @@ import json
 import os
 import pickle
 import platform
-import re
 import shlex
 import sys
 import tempfile
@@ -112,17 +111,6 @@ PAPER = {"q3": (22049.06, 15.00), "q11": (41842.62, 20.67), "q17": (21256.16, 17
 BEATS = {"recompute": set(ORDER), "duckdb": set(ORDER) - {"mst"}}
 STATIC = ("nation", "region")
 STREAMED = ("supplier", "part", "partsupp", "customer", "orders", "lineitem")
-TPCH_SCHEMA = (
-    base.SCHEMA
-    + """
-CREATE TABLE part (p_partkey INTEGER, p_name VARCHAR(55), p_mfgr CHAR(25), p_brand CHAR(10),
-                   p_type VARCHAR(25), p_size INTEGER, p_container CHAR(10),
-                   p_retailprice DECIMAL(15,2), p_comment VARCHAR(23), PRIMARY KEY (p_partkey));
-CREATE TABLE partsupp (ps_partkey INTEGER, ps_suppkey INTEGER, ps_availqty INTEGER,
-                       ps_supplycost DECIMAL(15,2), ps_comment VARCHAR(199),
-                       PRIMARY KEY (ps_partkey, ps_suppkey));
-"""
-)
 RTOL = 1e-6
 WARMUP = 5
 
@@ -247,10 +235,11 @@ class RingmlSystem:
     """A ringml.sql Database with one view of one strategy."""
 
     def __init__(self, query: str, strategy: str, stream: Stream) -> None:
+        from ringml.datasets.tpch import tpch_ddl
         from ringml.sql import Database, compile_view
 
         fig7, finance_schema, _ = _queries()
-        self.db = Database(TPCH_SCHEMA if stream.kind == "tpch" else finance_schema)
+        self.db = Database(tpch_ddl() if stream.kind == "tpch" else finance_schema)
         for table, frame in stream.present(0).items():
             if len(frame):
                 self.db.insert(table, frame)
@@ -277,13 +266,11 @@ class DuckdbSystem:
     def __init__(self, query: str, stream: Stream) -> None:
         import duckdb
 
+        from ringml.datasets.tpch import tpch_ddl
+
         fig7, finance_schema, gmr_sql = _queries()
         self.con = duckdb.connect()
-        self.con.execute(
-            re.sub(r",\s*PRIMARY KEY \([^)]*\)", "", TPCH_SCHEMA)
-            if stream.kind == "tpch"
-            else finance_schema
-        )
+        self.con.execute(tpch_ddl(primary_keys=False) if stream.kind == "tpch" else finance_schema)
         for table, frame in stream.present(0).items():
             self.con.register("src", frame)
             self.con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM src")

@@ -46,7 +46,7 @@ sessions' uncommitted edits are not measured; ``--worktree`` for the working tre
 * ``duckdb``: one in-memory ``duckdb.connect()`` (default settings: as many threads as
   cores), the TPC-H tables created with the same DDL (DECIMAL(15,2), DATE, ...) without the
   PRIMARY KEY constraints, so no indexes (with them DuckDB maintains an ART index per
-  table and is slower on this stream: see ``DUCKDB_SCHEMA``); per batch the inserts go in as
+  table and is slower on this stream: see :func:`tpch_sql`); per batch the inserts go in as
   ``INSERT INTO t SELECT * FROM ins`` (the batch's pandas frame registered), the deletes as
   ``DELETE FROM t USING del WHERE <key match>`` keyed by ``c_custkey`` / ``o_orderkey`` /
   ``(l_orderkey, l_linenumber)``, then the view's SQL runs again and its result is fetched
@@ -93,7 +93,6 @@ import json
 import os
 import pickle
 import platform
-import re
 import shlex
 import shutil
 import subprocess
@@ -118,68 +117,24 @@ RTOL = 1e-9
 TARGET_VS_DUCKDB = 10.0
 TARGET_VS_FIRST_ORDER = 3.0
 
-SCHEMA = """
-CREATE TABLE nation (n_nationkey INTEGER, n_name CHAR(25), n_regionkey INTEGER,
-                     n_comment VARCHAR(152), PRIMARY KEY (n_nationkey));
-CREATE TABLE region (r_regionkey INTEGER, r_name CHAR(25), r_comment VARCHAR(152),
-                     PRIMARY KEY (r_regionkey));
-CREATE TABLE supplier (s_suppkey INTEGER, s_name CHAR(25), s_address VARCHAR(40),
-                       s_nationkey INTEGER, s_phone CHAR(15), s_acctbal DECIMAL(15,2),
-                       s_comment VARCHAR(101), PRIMARY KEY (s_suppkey));
-CREATE TABLE customer (c_custkey INTEGER, c_name VARCHAR(25), c_address VARCHAR(40),
-                       c_nationkey INTEGER, c_phone CHAR(15), c_acctbal DECIMAL(15,2),
-                       c_mktsegment CHAR(10), c_comment VARCHAR(117), PRIMARY KEY (c_custkey));
-CREATE TABLE orders (o_orderkey INTEGER, o_custkey INTEGER, o_orderstatus CHAR(1),
-                     o_totalprice DECIMAL(15,2), o_orderdate DATE, o_orderpriority CHAR(15),
-                     o_clerk CHAR(15), o_shippriority INTEGER, o_comment VARCHAR(79),
-                     PRIMARY KEY (o_orderkey));
-CREATE TABLE lineitem (l_orderkey INTEGER, l_partkey INTEGER, l_suppkey INTEGER,
-                       l_linenumber INTEGER, l_quantity DECIMAL(15,2),
-                       l_extendedprice DECIMAL(15,2), l_discount DECIMAL(15,2),
-                       l_tax DECIMAL(15,2), l_returnflag CHAR(1), l_linestatus CHAR(1),
-                       l_shipdate DATE, l_commitdate DATE, l_receiptdate DATE,
-                       l_shipinstruct CHAR(25), l_shipmode CHAR(10), l_comment VARCHAR(44),
-                       PRIMARY KEY (l_orderkey, l_linenumber));
-"""
+#: TPC-H Q3 and Q5 (the specification's text with its validation substitution parameters)
+QUERY_NAMES = ("q3", "q5")
 
-#: DuckDB's tables: the same DDL without the PRIMARY KEY constraints.  DuckDB keeps an ART
-#: index per key; measured on this stream (SF 0.1, Q3) the keys cost its INSERT/DELETE
-#: +5.5 ms per batch and save its query 0.7 ms, so DuckDB runs its faster configuration.
-DUCKDB_SCHEMA = re.sub(r",\s*PRIMARY KEY \([^)]*\)", "", SCHEMA)
 
-# The TPC-H specification's Q3 and Q5 with the validation substitution parameters
-# (Q3: SEGMENT = BUILDING, DATE = 1995-03-15; Q5: REGION = ASIA, DATE = 1994-01-01).
-QUERIES = {
-    "q3": """
-        select l_orderkey, sum(l_extendedprice * (1 - l_discount)) as revenue, o_orderdate,
-               o_shippriority
-        from customer, orders, lineitem
-        where c_mktsegment = 'BUILDING' and c_custkey = o_custkey and l_orderkey = o_orderkey
-          and o_orderdate < date '1995-03-15' and l_shipdate > date '1995-03-15'
-        group by l_orderkey, o_orderdate, o_shippriority
-        order by revenue desc, o_orderdate
-        limit 10""",
-    "q5": """
-        select n_name, sum(l_extendedprice * (1 - l_discount)) as revenue
-        from customer, orders, lineitem, supplier, nation, region
-        where c_custkey = o_custkey and l_orderkey = o_orderkey and l_suppkey = s_suppkey
-          and c_nationkey = s_nationkey and s_nationkey = n_nationkey
-          and n_regionkey = r_regionkey and r_name = 'ASIA'
-          and o_orderdate >= date '1994-01-01'
-          and o_orderdate < date '1994-01-01' + interval '1' year
-        group by n_name
-        order by revenue desc""",
-}
+def tpch_sql() -> tuple[str, str, dict[str, str]]:
+    """The TPC-H DDL with primary keys (ringml), the same without them (DuckDB: it keeps an
+    ART index per key, which cost its INSERT/DELETE +5.5 ms per batch and saved its query
+    0.7 ms on this stream at SF 0.1, Q3, so DuckDB runs its faster configuration) and the
+    text of Q3 and Q5; from ``ringml.datasets.tpch``, imported after the engine snapshot."""
+    from ringml.datasets.tpch import TPCH_QUERIES, tpch_ddl
+
+    return tpch_ddl(), tpch_ddl(primary_keys=False), {q: TPCH_QUERIES[q] for q in QUERY_NAMES}
+
+
 #: per query, the output columns its ORDER BY sorts on (compared in sequence)
 ORDER = {"q3": [1, 2], "q5": [1]}
 STATIC = ("nation", "region", "supplier")
 STREAMED = ("customer", "orders", "lineitem")
-#: how DuckDB finds a deleted row (TPC-H keys; lineitem has a two-column key)
-KEYS = {
-    "customer": ["c_custkey"],
-    "orders": ["o_orderkey"],
-    "lineitem": ["l_orderkey", "l_linenumber"],
-}
 
 
 # ============================================================================ data and stream
@@ -255,12 +210,13 @@ class RingmlSystem:
     def __init__(self, query: str, strategy: str, static: dict[str, pd.DataFrame]) -> None:
         from ringml.sql import Database, compile_view
 
-        self.db = Database(SCHEMA)
+        schema, _, queries = tpch_sql()
+        self.db = Database(schema)
         for table, frame in static.items():
             self.db.insert(table, frame)
-        reads = compile_view(QUERIES[query], self.db.catalog).tables
+        reads = compile_view(queries[query], self.db.catalog).tables
         self.view = self.db.create_view(
-            query, QUERIES[query], strategy=strategy, static=[t for t in static if t in reads]
+            query, queries[query], strategy=strategy, static=[t for t in static if t in reads]
         )
         # the engine's share of an apply: time spent in the view's Maintainer.apply
         self.engine_seconds = 0.0
@@ -293,17 +249,22 @@ class DuckdbSystem:
     def __init__(self, query: str, static: dict[str, pd.DataFrame]) -> None:
         import duckdb
 
+        from ringml.datasets.tpch import TPCH_KEYS
+
+        _, schema, queries = tpch_sql()
         self.con = duckdb.connect()
-        self.con.execute(DUCKDB_SCHEMA)
+        self.con.execute(schema)
         for table, frame in static.items():
             self.con.register("src", frame)
             self.con.execute(f"INSERT INTO {table} SELECT * FROM src")
             self.con.unregister("src")
-        self.sql = QUERIES[query]
+        self.sql = queries[query]
+        #: how DuckDB finds a deleted row (TPC-H keys; lineitem has a two-column key)
+        self.keys = {t: TPCH_KEYS[t] for t in STREAMED}
         self.deletes = {
             t: f"DELETE FROM {t} USING del WHERE "
             + " AND ".join(f"{t}.{k} = del.{k}" for k in keys)
-            for t, keys in KEYS.items()
+            for t, keys in self.keys.items()
         }
 
     def apply(self, table: str, rows: pd.DataFrame, signs: np.ndarray) -> None:
@@ -313,7 +274,7 @@ class DuckdbSystem:
             self.con.execute(f"INSERT INTO {table} SELECT * FROM ins")
             self.con.unregister("ins")
         if not inserted.all():
-            self.con.register("del", rows.loc[~inserted, KEYS[table]])
+            self.con.register("del", rows.loc[~inserted, self.keys[table]])
             self.con.execute(self.deletes[table])
             self.con.unregister("del")
 
@@ -615,7 +576,7 @@ class Reference:
             for name, frame in tables.items():
                 self.con.register(name, frame)
             try:
-                for q, sql in QUERIES.items():
+                for q, sql in tpch_sql()[2].items():
                     self.cache[(q, batches)] = self.con.execute(sql).df()
             finally:
                 for name in tables:
@@ -722,7 +683,7 @@ def summary_rows(results: dict[tuple[str, str], list[Run]], stream_tuples: int, 
 def targets(rows: list[dict]) -> list[tuple[str, str, bool]]:
     goals = []
     by = {(r["query"], r["system"]): r for r in rows}
-    for query in QUERIES:
+    for query in QUERY_NAMES:
         for system, need in (("duckdb", TARGET_VS_DUCKDB), ("first_order", TARGET_VS_FIRST_ORDER)):
             row = by.get((query, system))
             if row is None or row.get("error") or row.get("fivm_speedup") is None:
@@ -925,7 +886,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sf", type=float, default=None, help="scale factor (default 0.1)")
     parser.add_argument("--cache", type=Path, default=None, help="tpchgen-cli output folder")
-    parser.add_argument("--queries", nargs="+", choices=list(QUERIES), default=list(QUERIES))
+    parser.add_argument("--queries", nargs="+", choices=QUERY_NAMES, default=list(QUERY_NAMES))
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--deletes", type=float, default=0.2, help="fraction of the stream")
