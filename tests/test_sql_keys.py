@@ -276,6 +276,29 @@ def test_batches_typed_from_numpy_pandas_and_arrow_columns():
         ({"k": [5], "s": ["e"], "d": ["2020-01-01"], "x": ["1.0"], "b": [True]}, "number"),
         ({"k": [5], "s": ["e"], "d": ["2020-01-01"], "x": [np.nan], "b": [True]}, "finite"),
         ({"k": [5], "s": ["e"], "d": [None], "x": [1.0], "b": [True]}, "NULL"),
+        # columns already of their kind's numpy dtype (one whole-column test each)
+        ({"k": [5], "s": ["e"], "d": ["2020-01-01"], "x": [np.inf], "b": [True]}, "finite"),
+        ({"k": [5], "s": ["e"], "d": pd.to_datetime([None]), "x": [1.0], "b": [True]}, "NULL"),
+        (
+            {
+                "k": [5, 6],
+                "s": np.array(["e", 7], object),
+                "d": pd.to_datetime(["2020"] * 2),
+                "x": [1.0, 2.0],
+                "b": [True, True],
+            },
+            "not a string",
+        ),  # fmt: skip
+        (
+            {
+                "k": [5],
+                "s": ["e"],
+                "d": pd.to_datetime(["2020-01-01"]).tz_localize("UTC"),
+                "x": [1.0],
+                "b": [True],
+            },
+            "time zone",
+        ),  # fmt: skip
         ({"k": [5], "s": ["e"], "d": ["2020-01-01"], "x": [1.0], "b": [1]}, "boolean"),
         ({"k": [5], "s": ["e"], "d": ["2020-01-01"], "x": [1.0]}, "lack"),
     ]:
