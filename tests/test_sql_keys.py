@@ -288,7 +288,7 @@ def test_batches_typed_from_numpy_pandas_and_arrow_columns():
                 "b": [True, True],
             },
             "not a string",
-        ),  # fmt: skip
+        ),
         (
             {
                 "k": [5],
@@ -298,7 +298,7 @@ def test_batches_typed_from_numpy_pandas_and_arrow_columns():
                 "b": [True],
             },
             "time zone",
-        ),  # fmt: skip
+        ),
         ({"k": [5], "s": ["e"], "d": ["2020-01-01"], "x": [1.0], "b": [1]}, "boolean"),
         ({"k": [5], "s": ["e"], "d": ["2020-01-01"], "x": [1.0]}, "lack"),
     ]:
