@@ -624,6 +624,46 @@ def test_deferred_table_equals_the_plain_merge(seed, pending_min, monkeypatch):
     assert list(ring.batch_is_zero(fast)) == list(ring.batch_is_zero(slow))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_deferred_add_of_an_uncoalesced_delta_equals_the_plain_merge(seed, monkeypatch):
+    """A delta built by hand whose sparse entries are out of order and repeated (not the
+    coalesced form the ring's own operations make), added at unordered slots to a deferred
+    accumulator holding some of its keys, gives bit for bit what the plain re-sorting
+    merge gives; so does the same delta coalesced (its rows' runs reordered by slot)."""
+    rng = np.random.default_rng(seed)
+    ring = G(["a", "b"], ["x", "y", "z"])
+    cap = 12
+    fast, slow = ring.batch_accumulator(cap), ring.batch_accumulator(cap)
+    first = _random_delta(ring, rng, cap)
+    fast = ring.batch_scatter_add(fast, np.arange(cap), first)
+    with monkeypatch.context() as patch:
+        _plain_reference(patch)
+        slow = ring.batch_scatter_add(slow, np.arange(cap), first)
+    delta = _random_delta(ring, rng, 7)
+    cols = [delta.rows, delta.entry, delta.key1, delta.key2, delta.value]
+    twice = rng.random(len(delta.value)) < 0.3  # repeated entries, each half of the value
+    cols = [np.concatenate([c, c[twice]]) for c in cols]
+    cols[4] = np.where(np.arange(len(cols[4])) < len(delta.value), cols[4], 0.0)
+    cols[4][: len(delta.value)][twice] /= 2
+    cols[4][len(delta.value) :] = cols[4][: len(delta.value)][twice]
+    order = rng.permutation(len(cols[0]))
+    raw = GCBatch(delta.count, delta.sums, delta.prods, *(c[order] for c in cols), delta.config)
+    slots = rng.permutation(cap)[:7]
+    for values in (raw, delta):
+        fast = ring.batch_scatter_add(fast, slots, values)
+        with monkeypatch.context() as patch:
+            _plain_reference(patch)
+            slow = ring.batch_scatter_add(slow, slots, values)
+        assert fast._deferred is not None
+        every = np.arange(cap)
+        for got, want in zip(
+            _arrays(ring.batch_take(fast, every)),
+            _arrays(ring.batch_take(slow, every)),
+            strict=True,
+        ):
+            np.testing.assert_array_equal(got, want)
+
+
 def test_deferred_add_does_not_copy_the_stored_table():
     """A small delta of new keys goes into the pending run; a delta of stored keys adds in
     place: the main run's arrays are not copied."""
@@ -734,9 +774,10 @@ def test_shift_is_fixed_at_the_first_lift_and_the_readers_undo_it():
         step = 2.0 ** np.floor(np.log2(np.std(col)))
         assert ring.shifts[j] == np.round(col.mean() / step) * step
     h = ring.shifts[:2]
-    assert payload.sums[0] == (x - h[0]).sum() and payload.products[(0, 1)] == (
-        (x - h[0]) * (y - h[1])
-    ).sum()
+    assert (
+        payload.sums[0] == (x - h[0]).sum()
+        and payload.products[(0, 1)] == ((x - h[0]) * (y - h[1])).sum()
+    )
     # readers in original units (dyadic data: exact)
     assert ring.entry(payload, "x") == x.sum()
     assert ring.entry(payload, "y", "x") == (x * y).sum()
@@ -826,9 +867,10 @@ def test_config_pickle_and_serialization_keep_the_shifts():
     assert np.array_equal(fresh.shifts, ring.shifts, equal_nan=True)  # adopted from the data
     np.testing.assert_array_equal(back.prods_lo, acc.prods_lo)
     assert fresh.batch_to_list(back) == ring.batch_to_list(acc)
-    assert fresh.from_bytes(ring.to_bytes(ring.batch_to_list(lifted)[2])) == ring.batch_to_list(
-        lifted
-    )[2]
+    assert (
+        fresh.from_bytes(ring.to_bytes(ring.batch_to_list(lifted)[2]))
+        == ring.batch_to_list(lifted)[2]
+    )
     other = G(["x", "y", "z"], ["u"])
     other.batch_lift("x", np.array([5.0]))
     with pytest.raises(RingError, match="shift"):
@@ -1003,9 +1045,7 @@ def test_used_codes_and_recode_of_an_accumulator():
     ring = G(["x"], ["u", "v"])
     acc = ring.batch_accumulator(3)
     for slots, xs, us, vs in [([0, 2], [1.0, 2.0], [3, 0], [1, 1]), ([0], [5.0], [4], [0])]:
-        lifted = ring.batch_lift_many(
-            ["x", "u", "v"], [np.array(xs), np.array(us), np.array(vs)]
-        )
+        lifted = ring.batch_lift_many(["x", "u", "v"], [np.array(xs), np.array(us), np.array(vs)])
         acc = ring.batch_scatter_add(acc, np.array(slots), lifted)
     used = ring.used_codes(acc)
     assert used["u"].tolist() == [0, 3, 4] and used["v"].tolist() == [0, 1]
