@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from sql_oracle import assert_same_rows, diff_counter, duckdb_results, multiset_difference
-from test_sql_tpch import SCHEMA as TPCH_DDL
 
 from ringml import UpdateBatch
+from ringml.datasets.tpch import tpch_ddl
 from ringml.maintainer import STRATEGIES
 from ringml.sql import Database
 from ringml.sql.dbtoaster_queries import FIG7, FINANCE, FINANCE_SCHEMA, TPCH, gmr_sql
@@ -74,14 +74,10 @@ def test_finance_trace_t7(strategy):
 
 
 def tpch_database(strategy: str, names) -> Database:
-    db = Database(TPCH_DDL + PARTSUPP)
+    db = Database(tpch_ddl(primary_keys=False))
     for name in names:
         db.create_view(name, TPCH[name], strategy=strategy)
     return db
-
-
-PARTSUPP = """CREATE TABLE partsupp (ps_partkey INTEGER, ps_suppkey INTEGER,
-    ps_availqty INTEGER, ps_supplycost DECIMAL(15,2), ps_comment VARCHAR(199));"""
 
 
 def tpch_row(table: str, db: Database, **values) -> pd.DataFrame:
@@ -223,7 +219,7 @@ def test_finance_queries_follow_duckdb(seed):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_tpch_queries_follow_duckdb(seed):
-    run_random_stream(TPCH_DDL + PARTSUPP, TPCH, tpch_rows, seed, steps=10)
+    run_random_stream(tpch_ddl(primary_keys=False), TPCH, tpch_rows, seed, steps=10)
 
 
 def test_fig7_lists_the_twelve_queries():
