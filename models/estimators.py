@@ -587,14 +587,19 @@ class _JoinModel(_Atomic, BaseEstimator, ABC):
         changes = None
         if feed is not None:  # a SQL join: base-table rows -> the rows of its FROM items
             updates, changes = feed.prepare(updates)
-        updates = self._prepare(updates)
-        stream = getattr(self, "stream_", None)
-        if stream is not None:  # follow the stream (a checkpoint restore replaces its targets)
-            self.maintainer_ = stream.targets[0]
-        if updates:
-            # the Maintainer (and the windowed stream) is atomic itself; a rejected batch
-            # changes no view
-            (self.maintainer_ if stream is None else stream).apply(updates)
+        try:
+            updates = self._prepare(updates)
+            stream = getattr(self, "stream_", None)
+            if stream is not None:  # follow the stream (a restore replaces its targets)
+                self.maintainer_ = stream.targets[0]
+            if updates:
+                # the Maintainer (and the windowed stream) is atomic itself; a rejected batch
+                # changes no view
+                (self.maintainer_ if stream is None else stream).apply(updates)
+        except BaseException:
+            if changes:  # the prepared base-table rows are dropped with the batch
+                feed.abandon(changes)
+            raise
         if changes:
             feed.commit(changes)
         self._refresh()

@@ -135,3 +135,22 @@ def test_training_queries_outside_the_class_are_refused(housing):
         join.covariance_query(["price", "nope"])
     with pytest.raises(ValueError, match="catalog"):
         JoinRegressor(TRAINING, "price").fit({"House": pd.DataFrame()})
+
+
+def test_sql_model_drops_the_base_rows_of_a_batch_its_engine_rejects(housing):
+    """Rows that pass the SQL checks but overflow the covariance products: the model and
+    its base tables stay as they were (no key of the batch is kept reserved), and the rows
+    with sane values go in afterwards."""
+    tables, catalog = housing
+    model = JoinRegressor(TRAINING, "price", FEATURES[:2], catalog=catalog).fit(tables)
+    store = model.feed_.tables["House"]
+    coef, seen, keys = model.coef_.copy(), model.n_samples_seen_, len(store.index)
+    fresh = tables["House"][tables["House"].price > 150000].iloc[:3].assign(price=2e5 + 1)
+    with pytest.raises(BatchError, match="overflow"), np.errstate(over="ignore"):
+        model.partial_fit({"House": fresh.assign(livingarea=1e200)})
+    assert len(store.index) == keys
+    assert model.n_samples_seen_ == seen
+    np.testing.assert_array_equal(model.coef_, coef)
+    model.partial_fit({"House": fresh})
+    assert len(store.index) == keys + 3
+    assert model.n_samples_seen_ > seen
