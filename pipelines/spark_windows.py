@@ -5,8 +5,8 @@ whose target is a :class:`~ringml.windows.WindowedStream` (stream tables seen th
 ``RANGE`` windows, feeding a :class:`ringml.Maintainer`, a :class:`ringml.sql.Database`, a
 :class:`~ringml.windows.MinMaxView`, ... -- e.g. the ``stream_`` of a windowed
 :class:`~ringml.models.JoinRegressor`, or the ``stream`` of a
-:class:`ringml.sql.StreamDatabase`, whose windowed SQL views it then keeps).  Parsing, dead letters, replay detection and the
-checkpoint are the streaming maintainer's; what windows add:
+:class:`ringml.sql.StreamDatabase`, whose windowed SQL views it then keeps).  Parsing, dead
+letters, replay detection and the checkpoint are the streaming maintainer's; what windows add:
 
 * **event time and the watermark.**  A stream table's rows carry its event-time column in
   the feed (a relation's columns may omit it).  The watermark is Spark's: the largest

@@ -238,7 +238,12 @@ def test_join_regressor_with_categorical_features_matches_sklearn(solver):
     slopes = dict(zip(model.columns_, model.coef_, strict=True))
     assert slopes["size"] != 0.0 and slopes["temp"] != 0.0
     assert set(model.columns_) == {
-        "size", "temp", ("region", "north"), ("region", "south"), ("promo", 1), ("promo", 2)
+        "size",
+        "temp",
+        ("region", "north"),
+        ("region", "south"),
+        ("promo", 1),
+        ("promo", 2),
     }  # fmt: skip  ("east" and promo 0 are the dropped first categories)
     X = design(flat, model.columns_)
     y = flat["sales"].to_numpy()

@@ -59,7 +59,11 @@ def tracked(tmp_path_factory):
         ds = housing_star(postcodes=6, seed=0)
         holdout = housing_star(postcodes=4, seed=1).join()
         model = JoinRegressor(  # the holdout has categories the early refreshes lack
-            ds.schemas, "price", FEATURES, categorical=["nbbedrooms"], ridge=0.01,
+            ds.schemas,
+            "price",
+            FEATURES,
+            categorical=["nbbedrooms"],
+            ridge=0.01,
             handle_unknown="ignore",
         )
         chow = JoinChowLiu(

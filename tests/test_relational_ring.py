@@ -496,9 +496,7 @@ def decoded_relation(rel, values):
     """Codes of the variables in ``values`` replaced by their values (CONFLICT kept)."""
     out = {}
     for key, m in rel.items():
-        k = tuple(
-            (v, values[v][c] if v in values and c is not CONFLICT else c) for v, c in key
-        )
+        k = tuple((v, values[v][c] if v in values and c is not CONFLICT else c) for v, c in key)
         out[k] = m
     return out
 
