@@ -57,6 +57,9 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+# the benchmarks' git probe (a script beside this one, run with benchmarks/ on sys.path)
+from engine import _git
+
 import ringml as rm
 from ringml.datasets import housing_star
 
@@ -116,15 +119,6 @@ def _snapshot_engine(dest: str) -> str:
             with open(path, "rb") as handle:
                 digest.update(os.path.relpath(path, dest).encode() + b"\0" + handle.read())
     return digest.hexdigest()[:12]
-
-
-def _git(*cmd: str) -> str:
-    try:
-        return subprocess.run(
-            ["git", *cmd], cwd=REPO, capture_output=True, text=True, timeout=20, check=False
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
 
 
 def _load() -> list[float]:

@@ -107,7 +107,7 @@ import numpy as np
 import pandas as pd
 
 # the RSS probes of the engine benchmark (a script beside this one; neither imports ringml)
-from engine import _proc_status_kib, _reset_peak_rss
+from engine import _git, _proc_status_kib, _reset_peak_rss
 
 REPO = Path(__file__).resolve().parents[1]
 SYSTEMS = ("fivm", "duckdb", "first_order", "recompute")
@@ -813,15 +813,6 @@ def breakdown_lines(rows: list[dict]) -> list[str]:
             + " |"
         )
     return lines
-
-
-def _git(*cmd: str) -> str:
-    try:
-        return subprocess.run(
-            ["git", *cmd], cwd=REPO, capture_output=True, text=True, timeout=20
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
 
 
 def _load(x) -> str:

@@ -60,7 +60,6 @@ import platform
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -71,6 +70,9 @@ from datetime import UTC, datetime
 import numpy as np
 import pandas as pd
 
+# the benchmarks' git probe (a script beside this one, run with benchmarks/ on sys.path)
+from engine import _git
+
 import ringml as rm
 from ringml.datasets import housing_star
 from ringml.windows import StreamTable, WindowedStream
@@ -78,15 +80,6 @@ from ringml.windows import StreamTable, WindowedStream
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 START = pd.Timestamp("2026-01-01")
-
-
-def _git(*cmd: str) -> str:
-    try:
-        return subprocess.run(
-            ["git", *cmd], cwd=REPO, capture_output=True, text=True, timeout=20, check=False
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
 
 
 def _load() -> str:
