@@ -16,12 +16,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+# the benchmarks' git probe (a script beside this one, run with benchmarks/ on sys.path)
+from engine import _git
 
 from ringml.windows import PatternView, StreamTable, WindowedStream
 
@@ -116,9 +118,7 @@ def main() -> None:
     table = pd.DataFrame(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out / "pattern_views.csv", index=False)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = _git("rev-parse", "--short", "HEAD")
     lines = [
         "# Pattern view (ViewDF's View2): helper state view vs Direct over a scope",
         "",

@@ -20,12 +20,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+# the benchmarks' git probe (a script beside this one, run with benchmarks/ on sys.path)
+from engine import _git
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -150,9 +152,7 @@ def main() -> None:
     table = pd.DataFrame(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out / "window_aggregates.csv", index=False)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = _git("rev-parse", "--short", "HEAD")
     wide = table.pivot(index="window_partitions", columns="system", values="ms_per_batch")
     wide["pandas / ringml"] = wide["pandas"] / wide["ringml"]
     wide["duckdb / ringml"] = wide["duckdb"] / wide["ringml"]
