@@ -4,8 +4,11 @@ Views and dictionaries keep their keys here: every operation takes whole arrays 
 runs a handful of numpy passes (one per probe round), never a Python loop per key.  Slots are
 dense integers that index the payload arrays of a view; removed slots are reused.
 
-Single-column keys that are small non-negative integers (dictionary codes are dense) use a
-direct-address array instead of the hash table: one gather per lookup.
+Single-column keys that are non-negative integers below ``_DENSITY`` times their number
+(dictionary codes, most surrogate keys) use a direct-address array instead of the hash
+table: one gather per lookup, in no more memory than the table would take.  An index leaves
+direct addressing when a key breaks that rule, and comes back to it when its table is
+rebuilt and its keys are dense again (e.g. keys drawn from a wide range fill it in).
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ _MIX = np.uint64(0xBF58476D1CE4E5B9)
 _SHIFT_A = np.uint64(31)
 _SHIFT_B = np.uint64(29)
 _WINDOW = 8
+# direct addressing while every key is in [0, max(_DENSITY * keys, _DIRECT_FREE)): 8 bytes
+# per possible key, at most ~64 per key held, what the hash table's cells take (4-8 cells
+# of 8 bytes per key)
+_DENSITY = 8
+_DIRECT_FREE = 1 << 16
 
 
 def hash_rows(keys: np.ndarray | list[np.ndarray]) -> np.ndarray:
@@ -49,6 +57,7 @@ class KeyIndex:
     """
 
     hashed = False  # indexes pickled before the flag existed hash their keys
+    direct_addressing = True  # width-1 unhashed keys may be addressed directly when dense
 
     def __init__(self, width: int, capacity: int = 16, hashed: bool = False) -> None:
         if hashed and width != 1:
@@ -106,8 +115,10 @@ class KeyIndex:
         if n == 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
         self._reserve(n)
-        if self._direct is not None and self._fits_direct(keys[:, 0]):
+        if self._addresses_directly(keys[:, 0]):
             return self._get_or_insert_direct(keys)
+        if self._table_full(n):
+            self._rehash(self._size + n)
         h = self._hash(keys)
         found, stop = self._probe(keys, h)
         new = found < 0
@@ -145,18 +156,42 @@ class KeyIndex:
     def _hash(self, keys: np.ndarray) -> np.ndarray:
         return keys[:, 0].view(np.uint64) if self.hashed else hash_rows(keys)
 
-    def _fits_direct(self, column: np.ndarray) -> bool:
-        """Keep direct addressing while keys stay dense; otherwise move to the hash table."""
+    def _addresses_directly(self, column: np.ndarray) -> bool:
+        """Whether these keys go through the direct-address array: while the keys stay
+        dense it grows to hold them, else the index moves to the hash table; an index on
+        the hash table moves back when its table is due to be rebuilt and all its keys,
+        these included, are dense."""
+        if self._direct is None and not (
+            self.direct_addressing and self.width == 1 and not self.hashed
+        ):
+            return False
         low, high = int(column.min()), int(column.max())
-        if low >= 0 and high < max(4 * (self._size + column.size), 1 << 16):
-            if high >= self._direct.size:
-                grown = np.full(max(high + 1, 2 * self._direct.size), _EMPTY, dtype=np.int64)
-                grown[: self._direct.size] = self._direct
-                self._direct = grown
-            return True
-        self._leave_direct()
-        self._rehash(self._size + column.size)
-        return False
+        if self._direct is None:
+            if not self._table_full(column.size):
+                return False
+            if self._size:
+                stored = self.keys[self.live_slots(), 0]
+                low, high = min(low, int(stored.min())), max(high, int(stored.max()))
+        if not (low >= 0 and high < max(_DENSITY * (self._size + column.size), _DIRECT_FREE)):
+            if self._direct is not None:
+                self._leave_direct()
+                self._rehash(self._size + column.size)
+            return False
+        if self._direct is None:
+            self._enter_direct(high)
+        elif high >= self._direct.size:
+            grown = np.full(max(high + 1, 2 * self._direct.size), _EMPTY, dtype=np.int64)
+            grown[: self._direct.size] = self._direct
+            self._direct = grown
+        return True
+
+    def _enter_direct(self, high: int) -> None:
+        """Move the keys from the hash table to a direct-address array of ``high + 1``."""
+        slots = self.live_slots()
+        self._direct = np.full(max(high + 1, 64), _EMPTY, dtype=np.int64)
+        self._direct[self.keys[slots, 0]] = slots
+        self._table = np.full(16, _EMPTY, dtype=np.int64)
+        self._tombstones = 0
 
     def _leave_direct(self) -> None:
         """Stop direct addressing: the keys placed so far get the hashes the table needs."""
@@ -312,9 +347,15 @@ class KeyIndex:
             hashes = np.zeros(new_capacity, dtype=np.uint64)
             hashes[: self.capacity] = self.hashes
             self.keys, self.live, self.hashes = keys, live, hashes
-        load = self._size + self._tombstones + incoming
-        if self._direct is None and 4 * load > self._table.size:
-            self._rehash(self._size + incoming)
+
+    def _table_full(self, incoming: int) -> bool:
+        """Whether the table must be rebuilt before ``incoming`` more keys: when the keys
+        would fill over a quarter of its cells (it grows), or keys and tombstones half of
+        them (it is cleaned).  A rebuilt table is at most a quarter full, so a rebuild
+        follows a quarter of the table's cells in new keys or removals: amortized O(1)."""
+        live = self._size + incoming
+        size = self._table.size
+        return 4 * live > size or 2 * (live + self._tombstones) > size
 
     def _rehash(self, expected: int) -> None:
         self._table = np.full(self._table_size_for(expected), _EMPTY, dtype=np.int64)

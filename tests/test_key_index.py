@@ -48,6 +48,70 @@ def test_single_column_index_matches_a_dict(batches, data):
         assert len(index) == len(reference)
 
 
+def test_index_returns_to_direct_addressing_when_its_keys_become_dense():
+    """A key far out moves the index to its hash table; once that key is gone and the
+    table is rebuilt (it grows), the dense keys are addressed directly again, and every
+    key keeps its slot through both moves."""
+    index = KeyIndex(1)
+    reference: dict[int, int] = {}
+
+    def insert(keys) -> None:
+        keys = np.asarray(keys, dtype=np.int64)
+        slots, new = index.get_or_insert(keys)
+        assert new.all()
+        reference.update(zip(keys.tolist(), slots.tolist(), strict=True))
+
+    def agrees() -> None:
+        probe = np.arange(-3, 3000, dtype=np.int64)
+        want = [reference.get(k, -1) for k in probe.tolist()]
+        assert index.lookup(probe).tolist() == want
+        assert index.lookup(np.array([2**50])).tolist() == [reference.get(2**50, -1)]
+
+    insert(np.arange(0, 100))
+    assert index._direct is not None
+    insert([2**50])
+    assert index._direct is None
+    agrees()
+    index.remove(np.array([reference.pop(2**50)]))
+    insert(np.arange(100, 2000))  # the table grows: the keys are dense again
+    assert index._direct is not None
+    agrees()
+    index.remove(np.array([reference.pop(k) for k in range(0, 2000, 3)]))
+    insert(np.arange(2000, 3000))
+    agrees()
+
+
+def test_removals_at_a_steady_size_rebuild_the_table_rarely():
+    """Removing and inserting keys at a steady size leaves tombstones; the table is
+    cleaned after about as many tombstones as keys, not whenever a few push it past its
+    load factor (which rebuilt it for nearly every batch once the keys filled a quarter)."""
+    index = KeyIndex(2)
+    rebuilds = 0
+    rehash = index._rehash
+
+    def counted(expected: int) -> None:
+        nonlocal rebuilds
+        rebuilds += 1
+        rehash(expected)
+
+    index._rehash = counted
+    rng = np.random.default_rng(0)
+    keys = rng.permutation(10**6)[:60_000].astype(np.int64)
+    slots, _ = index.get_or_insert(np.stack([keys[:1000], keys[:1000]], axis=1))
+    live = list(slots)
+    grew = rebuilds
+    for start in range(1000, keys.size, 100):
+        batch = keys[start : start + 100]
+        index.remove(np.asarray(live[:100]))
+        new, _ = index.get_or_insert(np.stack([batch, -batch], axis=1))
+        live = live[100:] + list(new)
+        assert len(index) == 1000
+    # 59,000 removals at 1000 keys: about one cleaning per 1000 tombstones
+    assert rebuilds - grew <= 70, rebuilds - grew
+    found = index.lookup(np.stack([keys[-1000:], -keys[-1000:]], axis=1))
+    assert found.tolist() == [int(s) for s in live]
+
+
 def test_dictionary_keeps_its_codes_when_a_negative_key_arrives():
     d = Dictionary("B")
     first = d.encode(np.array([5, 1, 3]))
@@ -170,6 +234,7 @@ def test_colliding_hashes_probe_past_full_windows(width, steps):
     with a dict."""
     index = KeyIndex(width)
     index.hashed = False
+    index.direct_addressing = False
     index._direct = None
     index._hash = lambda keys: (keys[:, 0] % 3).astype(np.uint64)  # 3 hashes in all
     present: dict[tuple, int] = {}
