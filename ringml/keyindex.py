@@ -6,9 +6,10 @@ dense integers that index the payload arrays of a view; removed slots are reused
 
 Single-column keys that are non-negative integers below ``_DENSITY`` times their number
 (dictionary codes, most surrogate keys) use a direct-address array instead of the hash
-table: one gather per lookup, in no more memory than the table would take.  An index leaves
-direct addressing when a key breaks that rule, and comes back to it when its table is
-rebuilt and its keys are dense again (e.g. keys drawn from a wide range fill it in).
+table: one gather per lookup, in at most 64 bytes per key (the table's cells take 32-64).
+An index leaves direct addressing when a key breaks that rule, and comes back to it when
+its table is rebuilt and its keys are dense again (e.g. keys drawn from a wide range fill
+it in).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ _SHIFT_A = np.uint64(31)
 _SHIFT_B = np.uint64(29)
 _WINDOW = 8
 # direct addressing while every key is in [0, max(_DENSITY * keys, _DIRECT_FREE)): 8 bytes
-# per possible key, at most ~64 per key held, what the hash table's cells take (4-8 cells
+# per possible key, at most 64 per key held; the hash table's cells take 32-64 (4-8 cells
 # of 8 bytes per key)
 _DENSITY = 8
 _DIRECT_FREE = 1 << 16
