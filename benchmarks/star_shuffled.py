@@ -232,30 +232,20 @@ class CoalescedProgram(Program):
 
 
 class NumpyProgram(Program):
-    name = "numpy"
+    """The hand-specialized numpy F-IVM (``StarCovariance``); with ``expand`` (a batch's rows
+    one-hot expanded, done in :meth:`prepare`, untimed) over the one-hot schema: the
+    categorical section's reference program."""
 
-    def __init__(self, schema, key: str = KEY):
-        self.baseline = StarCovariance(schema, key)
-
-    def apply(self, b) -> None:
-        self.baseline.apply(b.relation, b.rows, b.multiplicity)
-
-    def moments(self):
-        return self.baseline.moments()
-
-
-class OneHotNumpyProgram(Program):
-    """The hand-specialized numpy F-IVM over the one-hot-expanded schema: the categorical
-    section's reference program (its batches are expanded in :meth:`prepare`, untimed)."""
-
-    name = "numpy one-hot"
-
-    def __init__(self, schema, expand: Callable, key: str = KEY):
+    def __init__(self, schema, key: str = KEY, expand: Callable | None = None):
         self.baseline = StarCovariance(schema, key)
         self.expand = expand
+        self.name = "numpy" if expand is None else "numpy one-hot"
 
     def prepare(self, stream):
-        return [(b.relation, self.expand(b), b.multiplicity) for b in stream]
+        expand = self.expand
+        return [
+            (b.relation, b.rows if expand is None else expand(b), b.multiplicity) for b in stream
+        ]
 
     def apply(self, item) -> None:
         self.baseline.apply(*item)
@@ -535,7 +525,7 @@ class Harness:
         program over the one-hot columns: how much the shuffled order costs a program
         written for this one query."""
         schema, expand = self._onehot(case)
-        factory = lambda: OneHotNumpyProgram(schema, expand)  # noqa: E731
+        factory = lambda: NumpyProgram(schema, expand=expand)  # noqa: E731
         factories = (factory, factory)
         self._warm(factories, streams)
         runs = []
