@@ -18,7 +18,7 @@ from .encoding import Dictionary
 from .plan import ViewSpec
 from .rings.base import Ring
 from .rings.scalar import checked_mul
-from .store import ViewStore, group_rows
+from .store import ViewStore, group_codes, group_rows
 
 Member = tuple[ViewStore, tuple[str, ...]]  # a stored relation and the variables of its keys
 
@@ -135,6 +135,16 @@ def group(ctx: Context, cols, keys: Sequence[str], factors: list, support) -> Ro
     return Rows({}, {}, ring.batch_mul_sum(factors), None, group_sum(support, None, 1))
 
 
+def group_keys(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``group_rows`` of key columns; one column of codes without a sort (groups in order of
+    first appearance)."""
+    if len(columns) == 1:
+        grouped = group_codes(columns[0])
+        if grouped is not None:
+            return grouped
+    return group_rows(_key_columns(columns))
+
+
 def join(
     cols: dict[str, np.ndarray],
     n: int,
@@ -213,7 +223,7 @@ def step(ctx: Context, view: ViewSpec, siblings: Sequence[Member], delta: Rows) 
         for store, slots in sibling_slots:
             support = support * store.support[slots]
     if view.keys:
-        unique, groups = group_rows(_key_columns([cols[v] for v in view.keys]))
+        unique, groups = group_keys([cols[v] for v in view.keys])
         n_groups = unique.shape[0]
         codes = {v: unique[:, j] for j, v in enumerate(view.keys)}
     else:

@@ -8,6 +8,8 @@ removal of keys whose payload became zero.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .keyindex import KeyIndex
@@ -45,6 +47,35 @@ def group_rows(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             return unique, inverse
     unique, inverse = np.unique(columns, axis=0, return_inverse=True)
     return unique, inverse.ravel()
+
+
+#: codes are grouped without a sort while below this bound (a mark of 8 bytes per code)
+_MARKED_CODES = 1 << 24
+_marks = threading.local()  # per thread: -1 per code, grown on demand (see group_codes)
+
+
+def group_codes(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``group_rows`` of one column of codes (non-negative, below ``_MARKED_CODES``) without
+    a sort: the groups in order of first appearance, found through an array of one mark per
+    code (shared by the thread's views, left all -1).  None for other keys."""
+    n = codes.size
+    if not n:
+        return None
+    low, high = int(codes.min()), int(codes.max())
+    if low < 0 or high >= _MARKED_CODES:
+        return None
+    marks = getattr(_marks, "array", None)
+    if marks is None or high >= marks.size:
+        marks = _marks.array = np.full(
+            max(high + 1, 1024, 0 if marks is None else 2 * marks.size), -1, np.int64
+        )
+    rows = np.arange(n)
+    marks[codes[::-1]] = rows[::-1]  # a row of every code (its first: the last write wins)
+    first = marks[codes]
+    marks[codes] = -1
+    lead = first == rows
+    rank = np.cumsum(lead) - 1
+    return codes[lead][:, None], rank[first]
 
 
 class ViewStore:

@@ -233,6 +233,46 @@ def _segment_sums_rows(a: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return rows.take(starts, axis=0)
 
 
+def _group_sums_rows(a: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray | None:
+    """:func:`_segment_sums_rows` of the columns of a ``(w, n)`` array stably sorted by
+    ``groups``, bit for bit, without the sort: every group's first column (in column order)
+    plus the sum of its others, added in rounds (``first + ((second + third) + ...)``).
+    None when a group has no column or more than ``_PAIRWISE_BLOCK`` (those need reduceat's
+    order)."""
+    n = a.shape[1]
+    columns = np.arange(n)
+    marks = np.full(n_groups, -1, dtype=np.int64)
+    marks[groups[::-1]] = columns[::-1]  # every group's first column: the last write wins
+    if marks.min() < 0:
+        return None
+    rows = np.ascontiguousarray(a.T)
+    out = rows.take(marks, axis=0)
+    taken = np.zeros(n, dtype=bool)
+    taken[marks] = True
+    rest = (~taken).nonzero()[0]
+    held = position = None  # the groups with more columns, and their running sums
+    for _ in range(_PAIRWISE_BLOCK - 1):
+        if not rest.size:
+            break
+        marks.fill(-1)
+        marks[groups[rest[::-1]]] = rest[::-1]  # every group's next column
+        now = (marks >= 0).nonzero()[0]
+        picked = marks[now]
+        if held is None:
+            held, sums = now, rows.take(picked, axis=0)
+            position = np.full(n_groups, -1, dtype=np.int64)
+            position[held] = np.arange(held.size)
+        else:
+            sums[position[now]] += rows.take(picked, axis=0)
+        taken[picked] = True
+        rest = rest[~taken[rest]]
+    if rest.size:
+        return None
+    if held is not None:
+        out[held] += sums
+    return out
+
+
 # ---------------------------------------------------------------------- overflow guards
 _COUNT_SAFE = 2.0**62  # a float bound below this proves that an int64 count result fits
 
@@ -1437,7 +1477,12 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             _check_count_sums(weights, groups, n_groups)
         if n_groups == 1 and n > _MATMUL_ROWS:  # one group: Σxxᵀ as one matrix product
             return self._lift_sum_one(block, x, weights, self._zeros(1, block))
-        if n > 1 and not (groups[1:] >= groups[:-1]).all():
+        unsorted = n > 1 and not (groups[1:] >= groups[:-1]).all()
+        if unsorted and 2 * n_groups > n:  # most groups one row (shuffled rows): no sort
+            summed = self._lift_sum_unsorted(block, x, groups, n_groups, weights)
+            if summed is not None:
+                return summed
+        if unsorted:
             order = np.argsort(groups, kind="stable")
             groups, x = groups[order], x[:, order]
             weights = None if weights is None else weights[order]
@@ -1472,6 +1517,39 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         out.sums[keys] = x.T
         out.products[keys] = products.T
         return out
+
+    def _lift_sum_unsorted(
+        self,
+        block: Block,
+        x: np.ndarray,
+        groups: np.ndarray,
+        n_groups: int,
+        weights: np.ndarray | None,
+    ) -> CovarianceBatch | None:
+        """The grouped lift of shifted rows ``x`` (variables × rows) whose groups are not
+        sorted and mostly one row each: the sorted path's bits (:func:`_group_sums_rows`),
+        without sorting the rows; None where that path is needed (a group without rows or
+        longer than reduceat's sequential block)."""
+        k = len(block)
+        products = np.empty((_plen(k), x.shape[1]))
+        at = 0
+        for r in range(k):
+            np.multiply(x[r], x[r:], out=products[at : at + k - r])
+            at += k - r
+        if weights is not None:
+            w = weights.astype(np.float64)
+            x = x * w
+            products *= w
+        sums = _group_sums_rows(x, groups, n_groups)
+        if sums is None:
+            return None
+        products = _group_sums_rows(products, groups, n_groups)
+        if weights is None:
+            count = np.bincount(groups, minlength=n_groups).astype(np.int64, copy=False)
+        else:
+            count = np.zeros(n_groups, dtype=np.int64)
+            np.add.at(count, groups, weights)
+        return self._batch(block, count, sums, products)
 
     def _lift_sum_one(
         self, block: Block, x: np.ndarray, weights: np.ndarray | None, out: CovarianceBatch
