@@ -66,9 +66,8 @@ def group_codes(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         return None
     marks = getattr(_marks, "array", None)
     if marks is None or high >= marks.size:
-        marks = _marks.array = np.full(
-            max(high + 1, 1024, 0 if marks is None else 2 * marks.size), -1, np.int64
-        )
+        grown = 1024 if marks is None else min(2 * marks.size, _MARKED_CODES)
+        marks = _marks.array = np.full(max(high + 1, grown), -1, dtype=np.int64)
     rows = np.arange(n)
     marks[codes[::-1]] = rows[::-1]  # a row of every code (its first: the last write wins)
     first = marks[codes]
