@@ -154,22 +154,25 @@ class ViewStore:
             return
         slots, new = self.index.get_or_insert(self._codes(codes))
         self._fit_capacity()
-        if self.journal is not None:
-            # compensated sums subtract back exactly; plain ones keep the rows they overwrite
-            # (x + d - d need not be x in float64: a huge d absorbs x)
-            before = None
-            if not self.compensated:
-                counts = None if self._derived else self._support[slots].copy()
-                before = (self.ring.batch_take(self.payload, slots), counts)
-            self.journal.append((self, (codes, payload, support, new, before)))
+        # compensated sums subtract back exactly; plain ones keep the rows they overwrite
+        # (x + d - d need not be x in float64: a huge d absorbs x)
+        saving = self.journal is not None and not self.compensated
         try:
-            self.payload = self.ring.batch_scatter_add(self.payload, slots, payload)
+            if saving:
+                self.payload, rows = self.ring.batch_scatter_add_saving(
+                    self.payload, slots, payload
+                )
+            else:
+                self.payload = self.ring.batch_scatter_add(self.payload, slots, payload)
         except RingError:  # the ring refused the delta (e.g. an overflow): drop the new keys
-            if self.journal is not None:
-                self.journal.pop()
             if new.any():
                 self.index.remove(slots[new])
             raise
+        if self.journal is not None:
+            before = None
+            if saving:
+                before = (rows, None if self._derived else self._support[slots].copy())
+            self.journal.append((self, (codes, payload, support, new, before)))
         if support is not None:
             if not self._derived:  # (derived counts were added with the payloads)
                 self._support[slots] += support

@@ -316,6 +316,12 @@ class Ring(ABC, Generic[E, B]):
         scattered = self.batch_sum_by(values, slots, n)
         return self.batch_add(target, scattered)
 
+    def batch_scatter_add_saving(self, target: B, slots: np.ndarray, values: B) -> tuple[B, B]:
+        """:meth:`batch_scatter_add`, also returning ``target[slots]`` as it was before (what
+        an exact undo restores); rings that gather those rows anyway return them."""
+        before = self.batch_take(target, slots)
+        return self.batch_scatter_add(target, slots, values), before
+
     def batch_clear(self, target: B, slots: np.ndarray) -> B:
         """Set ``target[slots]`` to exactly zero (reclaimed slots); in place where possible."""
         current = self.batch_take(target, slots)

@@ -1229,6 +1229,21 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         """``target[slots] += values`` in place (``slots`` unique); TwoSum into ``hi``/``lo``
         when ``target`` is a compensated accumulator.  A target lacking some of the values'
         variables is widened first (a new batch is returned)."""
+        return self._scatter_add(target, slots, values, False)[0]
+
+    def batch_scatter_add_saving(
+        self, target: CovarianceBatch, slots: np.ndarray, values: CovarianceBatch
+    ) -> tuple[CovarianceBatch, CovarianceBatch]:
+        """A plain target's rows are copied from the gather the addition makes anyway."""
+        if target.sums_lo is not None:
+            return super().batch_scatter_add_saving(target, slots, values)
+        return self._scatter_add(target, slots, values, True)
+
+    def _scatter_add(
+        self, target: CovarianceBatch, slots: np.ndarray, values: CovarianceBatch, save: bool
+    ) -> tuple[CovarianceBatch, CovarianceBatch | None]:
+        """:meth:`batch_scatter_add`; with ``save`` (a plain target) also the rows at
+        ``slots`` before the addition."""
         self._own(target, values)
         values = self._fold(values)
         slots = np.asarray(slots, dtype=np.intp)
@@ -1246,17 +1261,22 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         m = slots.size
         if m and slots[-1] - slots[0] == m - 1 and (m < 3 or (np.diff(slots) == 1).all()):
             slots = slice(int(slots[0]), int(slots[0]) + m)  # consecutive: work on views
+        counts = _rows_at(target.count, slots)
+        saved = [counts.copy()] if save else None
         self._count_bound += _magnitude(values.count)
         if self._count_bound < _COUNT_SAFE:
-            target.count[slots] += values.count
+            counts += values.count
         else:
-            target.count[slots] = _add_counts(target.count[slots], values.count)
+            counts = _add_counts(counts, values.count)
+        target.count[slots] = counts
         if target.sums_lo is None:
             for array, add in ((target.sums, sums), (target.products, products)):
                 rows = _rows_at(array, slots)
+                if save:
+                    saved.append(rows.copy())
                 rows += add
                 array[slots] = rows  # ``array[slots] += add``, the gather done by take
-            return target
+            return target, None if saved is None else self._batch(target.block, *saved)
         for hi, lo, add in (
             (target.sums, target.sums_lo, sums),
             (target.products, target.products_lo, products),
@@ -1271,7 +1291,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             hi[slots] = s
             err += _rows_at(lo, slots)
             lo[slots] = err
-        return target
+        return target, None
 
     def batch_clear(self, target: CovarianceBatch, slots: np.ndarray) -> CovarianceBatch:
         self._own(target)
