@@ -325,8 +325,11 @@ class TupleCounts:
         the previous runs while they are at most twice its size."""
         if not self._pending:
             return
-        self._runs.append(_sum_runs(self._pending))
-        self._pending.clear()
+        pending = self._pending
+        one = pending[0][0]  # one batch with deletes: already a sorted run (see check)
+        sorted_run = len(pending) == 1 and (one.size < 2 or bool((one[1:] > one[:-1]).all()))
+        self._runs.append(pending[0] if sorted_run else _sum_runs(pending))
+        self._pending = []
         runs = self._runs
         while len(runs) > 1 and runs[-2][0].size <= 2 * runs[-1][0].size:
             last = runs.pop()
@@ -347,32 +350,31 @@ class TupleCounts:
         signs: np.ndarray,
         earlier: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, int]:
-        """The changes to record (fingerprint and sign per row); also the index of a
-        violating row, or -1.
+        """The changes to record: (fingerprint, sign) per row of a batch of inserts; for a
+        batch with deletes its distinct fingerprints, sorted, with their non-zero net changes
+        (a sorted run for the record).  Also the index of a violating row, or -1.
 
-        Only tuples the batch deletes can become negative, so only those are looked up: the
-        net change of each (its inserts in the batch included) plus its stored count must
-        stay >= 0.  ``earlier`` = (fingerprints, changes) of batches that precede this one
-        in the same atomic apply and are not recorded yet: a tuple they insert may be
+        Only tuples whose net change in the batch (its inserts included) is negative can
+        become negative, so only those are looked up: the net change plus the stored count
+        must stay >= 0.  ``earlier`` = (fingerprints, changes) of batches that precede this
+        one in the same atomic apply and are not recorded yet: a tuple they insert may be
         deleted here.
         """
-        negative = signs < 0
-        if not negative.any():
+        if not (signs < 0).any():
             return fingerprints, signs, -1
-        deleted = fingerprints[negative]
-        unique, inverse = np.unique(deleted, return_inverse=True)
-        net = np.bincount(inverse.ravel(), weights=signs[negative], minlength=unique.size)
-        net = net.astype(np.int64)
-        if deleted.size < fingerprints.size:  # inserts of a deleted tuple in the same batch
-            _add_matching(net, unique, fingerprints[~negative], signs[~negative])
-        current = self.current(unique)
-        if earlier is not None and earlier[0].size:
-            _add_matching(current, unique, earlier[0], earlier[1])
-        bad = np.flatnonzero(current + net < 0)
-        if not bad.size:
-            return fingerprints, signs, -1
-        # the smallest violating fingerprint, at its first row
-        return fingerprints, signs, int(np.argmax(fingerprints == unique[bad[0]]))
+        unique, inverse = np.unique(fingerprints, return_inverse=True)
+        net = np.zeros(unique.size, dtype=np.int64)
+        np.add.at(net, inverse.ravel(), signs)  # exact (integers)
+        falling = np.flatnonzero(net < 0)
+        if falling.size:
+            current = self.current(unique[falling])
+            if earlier is not None and earlier[0].size:
+                _add_matching(current, unique[falling], earlier[0], earlier[1])
+            bad = np.flatnonzero(current + net[falling] < 0)
+            if bad.size:  # the smallest violating fingerprint, at its first row
+                return fingerprints, signs, int(np.argmax(fingerprints == unique[falling[bad[0]]]))
+        moved = net != 0
+        return unique[moved], net[moved], -1
 
     def apply(self, ids: np.ndarray, net: np.ndarray) -> None:
         """Record the changes (ids need not be unique)."""
