@@ -239,27 +239,46 @@ def _rows_at(a: np.ndarray, at: np.ndarray | slice) -> np.ndarray:
     return a[at] if isinstance(at, slice) else a.take(at, axis=0)
 
 
-def _group_sums_rows(a: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray | None:
+def _lift_rows(x: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+    """The packed products ``x_i x_j`` (``i <= j``, as lift_block orders them) of shifted
+    rows ``x`` (variables × rows); with ``weights``, ``x`` and the products times each row's
+    multiplicity (``x`` in place), as batch_scale."""
+    k, n = x.shape
+    products = np.empty((_plen(k), n))
+    at = 0
+    for r in range(k):  # row r of the packed triangle: x_r * x_r..
+        np.multiply(x[r], x[r:], out=products[at : at + k - r])
+        at += k - r
+    if weights is not None:
+        w = weights.astype(np.float64)
+        x *= w
+        products *= w
+    return products
+
+
+def _sum_counts(weights: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """Integer weights summed per group, exactly."""
+    count = np.zeros(n_groups, dtype=np.int64)
+    np.add.at(count, groups, weights)
+    return count
+
+
+def _group_sums_rows(a: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
     """:func:`_segment_sums_rows` of the columns of a ``(w, n)`` array stably sorted by
     ``groups``, bit for bit, without the sort: every group's first column (in column order)
     plus the sum of its others, added in rounds (``first + ((second + third) + ...)``).
-    None when a group has no column or more than ``_PAIRWISE_BLOCK`` (those need reduceat's
-    order)."""
+    Every group has 1 to ``_PAIRWISE_BLOCK`` columns (longer ones need reduceat's order)."""
     n = a.shape[1]
     columns = np.arange(n)
     marks = np.full(n_groups, -1, dtype=np.int64)
     marks[groups[::-1]] = columns[::-1]  # every group's first column: the last write wins
-    if marks.min() < 0:
-        return None
     rows = np.ascontiguousarray(a.T)
     out = rows.take(marks, axis=0)
     taken = np.zeros(n, dtype=bool)
     taken[marks] = True
     rest = (~taken).nonzero()[0]
     held = position = None  # the groups with more columns, and their running sums
-    for _ in range(_PAIRWISE_BLOCK - 1):
-        if not rest.size:
-            break
+    while rest.size:
         marks.fill(-1)
         marks[groups[rest[::-1]]] = rest[::-1]  # every group's next column
         now = (marks >= 0).nonzero()[0]
@@ -272,8 +291,6 @@ def _group_sums_rows(a: np.ndarray, groups: np.ndarray, n_groups: int) -> np.nda
             sums[position[now]] += rows.take(picked, axis=0)
         taken[picked] = True
         rest = rest[~taken[rest]]
-    if rest.size:
-        return None
     if held is not None:
         out[held] += sums
     return out
@@ -1507,23 +1524,22 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         if n_groups == 1 and n > _MATMUL_ROWS:  # one group: Σxxᵀ as one matrix product
             return self._lift_sum_one(block, x, weights, self._zeros(1, block))
         unsorted = n > 1 and not (groups[1:] >= groups[:-1]).all()
-        if unsorted and 2 * n_groups > n:  # most groups one row (shuffled rows): no sort
-            summed = self._lift_sum_unsorted(block, x, groups, n_groups, weights)
-            if summed is not None:
-                return summed
+        if unsorted and 2 * n_groups > n:  # most groups one row (shuffled rows)
+            lengths = np.bincount(groups, minlength=n_groups)
+            if lengths.min() > 0 and lengths.max() <= _PAIRWISE_BLOCK:  # no sort needed
+                products = _lift_rows(x, weights)
+                count = lengths if weights is None else _sum_counts(weights, groups, n_groups)
+                return self._batch(
+                    block,
+                    count.astype(np.int64, copy=False),
+                    _group_sums_rows(x, groups, n_groups),
+                    _group_sums_rows(products, groups, n_groups),
+                )
         if unsorted:
             order = np.argsort(groups, kind="stable")
             groups, x = groups[order], x[:, order]
             weights = None if weights is None else weights[order]
-        products = np.empty((_plen(k), n))
-        at = 0
-        for r in range(k):  # row r of the packed triangle: x_r * x_r.. (as lift_block's)
-            np.multiply(x[r], x[r:], out=products[at : at + k - r])
-            at += k - r
-        if weights is not None:
-            w = weights.astype(np.float64)
-            x *= w  # as batch_scale: each lifted entry times its multiplicity
-            products *= w
+        products = _lift_rows(x, weights)
         starts = np.flatnonzero(np.concatenate(([True], groups[1:] != groups[:-1])))
         keys = groups[starts]
         if weights is None:
@@ -1546,39 +1562,6 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         out.sums[keys] = x.T
         out.products[keys] = products.T
         return out
-
-    def _lift_sum_unsorted(
-        self,
-        block: Block,
-        x: np.ndarray,
-        groups: np.ndarray,
-        n_groups: int,
-        weights: np.ndarray | None,
-    ) -> CovarianceBatch | None:
-        """The grouped lift of shifted rows ``x`` (variables × rows) whose groups are not
-        sorted and mostly one row each: the sorted path's bits (:func:`_group_sums_rows`),
-        without sorting the rows; None where that path is needed (a group without rows or
-        longer than reduceat's sequential block)."""
-        k = len(block)
-        products = np.empty((_plen(k), x.shape[1]))
-        at = 0
-        for r in range(k):
-            np.multiply(x[r], x[r:], out=products[at : at + k - r])
-            at += k - r
-        if weights is not None:
-            w = weights.astype(np.float64)
-            x = x * w
-            products *= w
-        sums = _group_sums_rows(x, groups, n_groups)
-        if sums is None:
-            return None
-        products = _group_sums_rows(products, groups, n_groups)
-        if weights is None:
-            count = np.bincount(groups, minlength=n_groups).astype(np.int64, copy=False)
-        else:
-            count = np.zeros(n_groups, dtype=np.int64)
-            np.add.at(count, groups, weights)
-        return self._batch(block, count, sums, products)
 
     def _lift_sum_one(
         self, block: Block, x: np.ndarray, weights: np.ndarray | None, out: CovarianceBatch

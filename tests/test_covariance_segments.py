@@ -33,10 +33,12 @@ def test_segment_sums_equal_reduceat_bitwise(seed):
     assert np.array_equal(got.view(np.int64), expected.view(np.int64))
 
 
+@pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("distinct", [0.95, 0.6, 0.2])
-def test_grouped_lift_equals_lift_then_sum(distinct):
-    """The grouped lift (per-row rounds when most groups have one row, reduceat otherwise)
-    gives the bits of lift_block + sum_by's reduceat of the same rows."""
+def test_grouped_lift_equals_lift_then_sum(distinct, weighted):
+    """The grouped lift (per-row rounds when most groups have one row, without sorting the
+    rows when they are not sorted by group; reduceat otherwise) gives the bits of lift_block
+    + scale + sum_by's reduceat of the same rows."""
     rng = np.random.default_rng(7)
     ring = CovarianceRing(list("ABCDE"), shift=False)
     n = 400
@@ -44,14 +46,19 @@ def test_grouped_lift_equals_lift_then_sum(distinct):
     groups = rng.integers(0, max(1, int(n * distinct)), n)
     _, groups = np.unique(groups, return_inverse=True)
     n_groups = int(groups.max()) + 1
-    got = ring.batch_lift_block_sum_by(list("ABCDE"), columns, groups, n_groups)
+    weights = rng.choice([-2, -1, 1, 3], n) if weighted else None
+    got = ring.batch_lift_block_sum_by(list("ABCDE"), columns, groups, n_groups, weights)
     x = np.column_stack(columns)
     order = np.argsort(groups, kind="stable")
     g = groups[order]
     starts = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1])))
     i, j = np.triu_indices(5)
     products = (x[order][:, i] * x[order][:, j]).T
-    assert np.array_equal(got.count, np.bincount(groups, minlength=n_groups))
+    if weighted:
+        w = weights[order].astype(np.float64)
+        x, products = x * weights[:, None].astype(np.float64), products * w
+    counts = np.bincount(groups, weights=weights, minlength=n_groups).astype(np.int64)
+    assert np.array_equal(got.count, counts)
     for part, lifted in ((got.sums, x[order].T), (got.products, products)):
         expected = np.add.reduceat(np.ascontiguousarray(lifted), starts, axis=1).T
         assert np.array_equal(part.view(np.int64), expected.view(np.int64))
