@@ -1360,10 +1360,20 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
 
     @staticmethod
     def _product_columns(a: GCBatch, cols: np.ndarray) -> np.ndarray:
-        """``a.prods[:, cols]`` (a copy), compact or not (``cols`` among the held ones)."""
+        """``a.prods[:, cols]`` (a copy), compact or not: zeros for the columns a compact
+        ``a`` does not hold (a product of two variables whose sums it holds can still have
+        never received a nonzero value)."""
         if a.pcols is None:
             return a._prods[:, cols]
-        return a._prods[:, np.searchsorted(a.pcols, cols)]
+        held = a.pcols
+        at = np.searchsorted(held, cols)
+        found = at < len(held)
+        found[found] = held[at[found]] == cols[found]
+        if found.all():
+            return a._prods[:, at]
+        out = np.zeros((len(a), len(cols)))
+        out[:, found] = a._prods[:, at[found]]
+        return out
 
     @staticmethod
     def _held_products(a: GCBatch) -> tuple[np.ndarray, np.ndarray]:

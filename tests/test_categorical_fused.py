@@ -7,6 +7,7 @@ table; and a Housing star stream against a maintainer whose ring multiplies step
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from ringml.rings.base import Ring
 from ringml.rings.categorical import GeneralizedCovarianceRing as G
@@ -195,9 +196,37 @@ def test_compact_products_are_the_full_ones(compensated):
         assert ring.batch_to_bytes(ring.batch_take(compact, idx)) == ring.batch_to_bytes(
             ring.batch_take(full, idx)
         )
+        # a view step's product: the columns a compact factor never received are zeros,
+        # also where it holds both variables' sums (a column that is not held is not ab's)
+        counts = ring.batch_scale(ring.batch_ones(6), rng.choice([1, -1, 2], 6))
+        got = ring.batch_mul_sum([ring.batch_take(compact, idx), counts])
+        want = ring.batch_mul_sum([ring.batch_take(full, idx), counts])
+        assert ring.batch_to_bytes(got) == ring.batch_to_bytes(want)
     again = pickle.loads(pickle.dumps(compact))
     assert again.pcols is not None and ring.batch_to_bytes(again) == ring.batch_to_bytes(full)
     np.testing.assert_array_equal(compact.prods, full.prods)  # reading turns it full
     assert compact.pcols is None
     if compensated:
         np.testing.assert_array_equal(compact.prods_lo, full.prods_lo)
+
+
+def test_a_view_that_never_held_a_cross_product_multiplies_it_as_zero():
+    """Found by the long property profile (seed 20261125): R1's rows make the shifted
+    Σab of its view zero in every addition while Σa and Σb are not, so the compact view
+    never holds column ab; an R0 insert then multiplied the view's Σbb as Σab."""
+    relations = {"R0": ("k",), "R1": ("k", "a", "b"), "R2": ("k", "c")}
+    m = Maintainer(Query(relations, G(["a", "b"], [])))
+    rows = {
+        "R1": [(0.5, 0.5, 0.5), (0.5, 0.5, 0.5)],  # the shifts: a and b at 0.5
+        "R2": [(0.5, 0.5)],
+        "R1+": [(0.5, -1.25, 0.5), (0.5, 0.5, 0.5), (0.5, 0.5, -1.25)],
+        "R0": [(0.5,)],
+    }
+    for name, batch in rows.items():
+        relation = name.rstrip("+")
+        m.insert(relation, pd.DataFrame(batch, columns=list(relations[relation])))
+    x = np.array(rows["R1"] + rows["R1+"])[:, 1:]  # every R1 row joins once
+    count, sums, products = m.ring.to_dense(m.result(), {})
+    assert count == len(x)
+    np.testing.assert_array_equal(sums, x.sum(axis=0))
+    np.testing.assert_array_equal(products, x.T @ x)  # Σab = -0.5, not Σbb = 2.5625
