@@ -160,14 +160,15 @@ def test_housing_star_stream_is_bit_for_bit_the_stepwise_one():
         assert store.ring.batch_to_bytes(got) == other.ring.batch_to_bytes(want)
 
 
+@pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("compensated", [False, True])
-def test_compact_products_are_the_full_ones(compensated):
+def test_compact_products_are_the_full_ones(compensated, seed):
     """An accumulator holding only the product columns it received (the compact form) goes
     through additions (new columns, zero and negative-zero values, repeated slots), clears,
     resizes, takes and pickling exactly as one holding all columns."""
     import pickle
 
-    rng = np.random.default_rng(11)
+    rng = np.random.default_rng([11, seed])
     ring = G(["a", "b", "c"], ["u"], compensated=compensated)
     compact = ring.batch_accumulator(8)
     full = ring.batch_accumulator(8)
