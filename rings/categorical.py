@@ -396,6 +396,14 @@ def _stable_argsort(key: np.ndarray) -> np.ndarray:
     return np.argsort(key, kind="stable")
 
 
+def _positions_in(held: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of ``cols`` is (or would go) in the sorted ``held``, and whether it is there."""
+    at = np.searchsorted(held, cols)
+    found = at < len(held)
+    found[found] = held[at[found]] == cols[found]
+    return at, found
+
+
 def _pow2(k: int) -> bool:
     return k > 0 and not k & (k - 1)
 
@@ -1365,10 +1373,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         never received a nonzero value)."""
         if a.pcols is None:
             return a._prods[:, cols]
-        held = a.pcols
-        at = np.searchsorted(held, cols)
-        found = at < len(held)
-        found[found] = held[at[found]] == cols[found]
+        at, found = _positions_in(a.pcols, cols)
         if found.all():
             return a._prods[:, at]
         out = np.zeros((len(a), len(cols)))
@@ -1405,10 +1410,8 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         """Make a compact ``target`` hold the product columns ``cols`` too (zero where new);
         where ``cols`` are among its columns."""
         held = target.pcols
-        at = np.searchsorted(held, cols)
-        if not len(cols) or (
-            len(held) and at[-1] < len(held) and (held[np.minimum(at, len(held) - 1)] == cols).all()
-        ):
+        at, found = _positions_in(held, cols)
+        if found.all():
             return at
         union = np.union1d(held, cols)
         old = np.searchsorted(union, held)
