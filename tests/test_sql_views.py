@@ -3,8 +3,13 @@ input, views created over loaded tables, dropping views."""
 
 from __future__ import annotations
 
+from collections import Counter
+
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ringml import UpdateBatch
 from ringml.sql import Database
@@ -73,3 +78,101 @@ def test_a_view_created_after_the_data_starts_from_it_and_views_can_be_dropped()
     assert "n" not in db.views
     db.insert("Lines", {"id": [9], "price": [1.0], "qty": [1]})  # no view to feed
     assert len(db.table("Lines")) == 5
+
+
+# ------------------------------------------------------------------ row_changes
+_cell = {
+    "s": st.sampled_from(["a", "b", "", None]),
+    "x": st.sampled_from([0.0, -0.0, 1.5, -2.25, float("nan")]),
+    "i": st.integers(-(2**62), 2**62) | st.integers(0, 2),
+    "d": st.sampled_from(["2020-01-01", "2021-06-30", None]),
+}
+
+
+def _frame(rows: list[dict], nan_free_i: bool) -> pd.DataFrame:
+    frame = pd.DataFrame(
+        {
+            "s": pd.Series([r["s"] for r in rows], dtype=object),
+            "x": pd.Series([r["x"] for r in rows], dtype=np.float64),
+            "i": pd.Series([r["i"] for r in rows], dtype=np.int64),
+            "d": pd.to_datetime(pd.Series([r["d"] for r in rows], dtype=object)).astype(
+                "datetime64[ns]"
+            ),
+        }
+    )
+    if not nan_free_i and len(frame):  # an aggregate that is NULL after: int before, float
+        frame["i"] = frame["i"].astype(np.float64)
+        frame.loc[0, "i"] = np.nan
+    return frame
+
+
+def _normal_row(row) -> tuple:
+    out = []
+    for v in row:
+        if v is None or v is pd.NaT or (isinstance(v, float) and np.isnan(v)):
+            out.append(None)
+        elif isinstance(v, float):
+            out.append(v + 0.0)  # -0.0 equals 0.0
+        else:
+            out.append(v)
+    return tuple(out)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.fixed_dictionaries(_cell), max_size=8),
+    st.lists(st.fixed_dictionaries(_cell), max_size=8),
+    st.integers(0, 8),
+    st.booleans(),
+)
+def test_row_changes_is_the_signed_multiset_difference(before_rows, after_rows, kept, nan_free):
+    """Rows equal under SQL grouping (NULLs together, -0.0 = 0.0) cancel; the rest come once
+    with their net count, in order of first appearance, in the columns' dtypes where the
+    values allow (an int column stays int unless a NULL came, then it is float64 as in the
+    view's rows, while integers beyond 2**53 still tell rows apart)."""
+    from ringml.sql.output import row_changes
+
+    before = _frame(before_rows, True)
+    after = pd.concat([_frame(after_rows, nan_free), before.iloc[:kept]], ignore_index=True)
+    got = row_changes(before, after)
+    assert list(got.columns) == [*before.columns, "multiplicity"]
+    expected = Counter(_normal_row(r) for r in after.itertuples(index=False, name=None))
+    expected.subtract(_normal_row(r) for r in before.itertuples(index=False, name=None))
+    expected = Counter({k: v for k, v in expected.items() if v})
+    assert len(got) == len(expected)  # each changed row once, distinct integers apart
+    assert got["multiplicity"].dtype == np.int64
+    for column in ("s", "x", "d"):
+        assert got[column].dtype == before[column].dtype
+    exact = got["i"].dtype == np.int64
+    assert exact or got["i"].isna().any()
+
+    def shown(row):  # a row as the diff can show it (float64 where a NULL came)
+        return row if exact else (*row[:2], None if row[2] is None else float(row[2]), row[3])
+
+    rows = [_normal_row(r[:-1]) for r in got.itertuples(index=False, name=None)]
+    got_counter = Counter()
+    for row, m in zip(rows, got["multiplicity"].tolist(), strict=True):
+        got_counter[row] += m
+    projected = Counter()
+    for row, m in expected.items():
+        projected[shown(row)] += m
+    assert got_counter == projected
+    if exact:
+        appearance = []
+        for r in pd.concat([before, after]).itertuples(index=False, name=None):
+            if _normal_row(r) not in appearance:
+                appearance.append(_normal_row(r))
+        assert rows == [r for r in appearance if r in expected]
+
+
+def test_row_changes_keeps_integers_beyond_2_53_apart_when_a_null_comes():
+    """An int column that gets a NULL (a SUM of no values) is float64 after; rows whose
+    integers differ beyond float64's precision must not cancel each other."""
+    from ringml.sql.output import row_changes
+
+    before = pd.DataFrame({"g": ["a", "b"], "s": np.array([2**53, 2**53 + 1], dtype=np.int64)})
+    after = pd.DataFrame({"g": ["a", "b", "c"], "s": [float(2**53), float(2**53), np.nan]})
+    got = row_changes(before, after)
+    # a's row is unchanged (2**53 == 2.0**53); b's changed (2**53 + 1 -> 2.0**53); c came
+    assert got["g"].tolist() == ["b", "b", "c"]
+    assert got["multiplicity"].tolist() == [-1, 1, 1]

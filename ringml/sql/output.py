@@ -242,7 +242,12 @@ def _sort_codes(values: np.ndarray, descending: bool) -> np.ndarray:
 
 def row_changes(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
     """The signed multiset difference ``after - before``: each distinct row whose count
-    changed, with the change in a ``multiplicity`` column (-1: a row left, +1: a row came)."""
+    changed, with the change in a ``multiplicity`` column (-1: a row left, +1: a row came),
+    in the order of the rows' first appearance in ``before`` then ``after``.
+
+    Rows are equal when every column is (``pd.factorize``'s equality: NULLs equal to each
+    other, ``-0.0 == 0.0``); the columns are coded one at a time into one integer per row,
+    whose groups sum the signs -- a few numpy passes per column, not a frame groupby."""
     name = MULTIPLICITY
     while name in before.columns:
         name += "_"
@@ -250,13 +255,40 @@ def row_changes(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
     if not columns:
         delta = len(after) - len(before)
         return pd.DataFrame({name: [delta]} if delta else {name: []}, dtype=np.int64)
-    both = pd.concat([before.assign(**{name: -1}), after.assign(**{name: 1})], ignore_index=True)
-    summed = both.groupby(columns, dropna=False, sort=False, as_index=False)[name].sum()
-    changed = summed[summed[name] != 0].reset_index(drop=True)
-    for column in columns:  # keep the view's dtypes (grouping may widen them)
-        if changed[column].dtype != before[column].dtype and len(changed):
-            try:
-                changed[column] = changed[column].astype(before[column].dtype)
+    n_before, total = len(before), len(before) + len(after)
+    joined = {}
+    row_key = np.zeros(total, dtype=np.int64)
+    for column in columns:
+        old, new = before[column].to_numpy(), after[column].to_numpy()
+        if old.dtype != new.dtype and old.dtype.kind in "iub" and new.dtype.kind in "iufb":
+            # an integer column that became float (a NULL came): compared as Python numbers,
+            # so that integers beyond 2**53 stay distinct
+            values = np.concatenate([old.astype(object), new.astype(object)])
+        else:
+            values = np.concatenate([old, new])
+        codes, uniques = pd.factorize(values, use_na_sentinel=False)
+        joined[column] = values
+        # a pair (row key so far, code) as one integer below total**2, coded again below total
+        row_key, _ = pd.factorize(row_key * len(uniques) + codes)
+    groups = int(row_key.max()) + 1 if total else 0  # codes in order of first appearance
+    net = np.bincount(row_key[n_before:], minlength=groups) - np.bincount(
+        row_key[:n_before], minlength=groups
+    )
+    first = np.empty(groups, dtype=np.int64)
+    first[row_key[::-1]] = np.arange(total - 1, -1, -1)
+    changed = np.flatnonzero(net)
+    rows = first[changed]
+    out = {}
+    for column in columns:  # the view's dtype where the values allow, else the widest
+        values = joined[column][rows]
+        for dtype in (before[column].dtype, after[column].dtype):
+            if values.dtype == dtype or not len(rows):
+                break
+            try:  # pandas' cast: NULLs (NaN) do not become integers
+                values = pd.Series(values, copy=False).astype(dtype).to_numpy()
+                break
             except (TypeError, ValueError):
-                pass
-    return changed[[*columns, name]]
+                continue
+        out[column] = values
+    out[name] = net[changed].astype(np.int64)
+    return pd.DataFrame(out, index=pd.RangeIndex(rows.size), copy=False)
