@@ -3,11 +3,13 @@
 F-IVM's cost per :meth:`Maintainer.apply` has a fixed part (validation, encoding, one trigger
 per relation, a few hundred numpy calls) that a batch of 1000 tuples shares and a batch of
 one tuple pays alone, so single-tuple applies run at a small fraction of the per-tuple
-throughput of large batches.  A :class:`MicroBatcher` buffers updates (single rows as plain
-tuples or mappings, or whole :class:`UpdateBatch` es) and applies them as one atomic
-``apply`` -- one batch per relation -- when ``max_rows`` rows are pending, when the oldest
-pending update is ``max_delay`` seconds old (checked on every update and by :meth:`poll`;
-no thread runs in the background), on :meth:`flush`, or when a ``with`` block ends.
+throughput of large batches; a :class:`ringml.sql.Database` adds its own fixed part (type
+conformance, the tables' key checks, every view's trigger).  A :class:`MicroBatcher`
+buffers updates (single rows as plain tuples or mappings, or whole :class:`UpdateBatch` es)
+for a maintainer or a SQL database and applies them as one atomic ``apply`` -- one batch
+per relation (table) -- when ``max_rows`` rows are pending, when the oldest pending update
+is ``max_delay`` seconds old (checked on every update and by :meth:`poll`; no thread runs in
+the background), on :meth:`flush`, or when a ``with`` block ends.
 
 Semantics.  Every update is applied exactly once or rejected, and :class:`Flush` says which
 (by the ids given to :meth:`insert`, :meth:`delete` and :meth:`add`).  A flush applies its
@@ -18,8 +20,9 @@ result after a flush is the result after the same rows applied one by one (up to
 rounding of floating payloads, which are summed in another order).  When the coalesced
 apply is rejected, no view changed and the flush falls back to applying its updates one at
 a time, in arrival order: the valid ones are applied, each rejected one is reported with its
-:class:`~ringml.errors.BatchError` (not raised).  Subscribers of the maintainer see one delta
-per ``apply``: one per flush, or one per update in the fallback.
+:class:`~ringml.errors.BatchError` (not raised).  Subscribers of the maintainer (of a
+database's views) see one delta (diff) per ``apply``: one per flush, or one per update in
+the fallback.
 """
 
 from __future__ import annotations
@@ -73,19 +76,24 @@ class _Pending:
 
 
 class MicroBatcher:
-    """Buffers updates of a :class:`~ringml.maintainer.Maintainer` and applies them in
-    coalesced batches (see the module docstring for when, and for the semantics).
+    """Buffers updates of ``target`` -- a :class:`~ringml.maintainer.Maintainer` or a
+    :class:`ringml.sql.Database` -- and applies them in coalesced batches (see the module
+    docstring for when, and for the semantics).  A row names its relation (table) and gives
+    its values in the relation's column order, or as a mapping of every column; a
+    database's table names match case-insensitively, as in its SQL.
 
     ``max_rows``: flush once this many rows are pending (default 1000); ``max_delay``:
     flush once the oldest pending update is this many seconds old (None: never by age);
     ``clock``: the time source for ``max_delay`` (``time.monotonic``).  The methods that
     take an update return the :class:`Flush` when that update made the batcher flush, else
-    None.  ``id``: a name of the update for :class:`Flush` (default: its arrival number).
+    None (a database's ``apply`` returns no delta: :attr:`Flush.deltas` holds None per
+    apply, and its views' subscribers get the diffs).  ``id``: a name of the update for
+    :class:`Flush` (default: its arrival number).
     """
 
     def __init__(
         self,
-        maintainer,
+        target,
         max_rows: int = 1000,
         max_delay: float | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -94,13 +102,11 @@ class MicroBatcher:
             raise ValueError(f"max_rows must be a positive integer, got {max_rows!r}")
         if max_delay is not None and not max_delay >= 0:
             raise ValueError(f"max_delay must be None or >= 0 seconds, got {max_delay!r}")
-        self.maintainer = maintainer
+        self.target = target
         self.max_rows = int(max_rows)
         self.max_delay = max_delay
         self.clock = clock
-        self._columns = {r: tuple(c) for r, c in maintainer.query.relations.items()}
-        # relations that take updates -> their number of columns (the fast path of a row)
-        self._width = {r: len(c) for r, c in self._columns.items() if r in maintainer.updatable}
+        self._read_relations()
         self._pending: dict[str, _Pending] = {}  # in order of first appearance
         self._rows = 0
         self._since: float | None = None
@@ -124,10 +130,10 @@ class MicroBatcher:
         """Buffer a whole batch (its rows are checked when it is applied)."""
         if not isinstance(batch, UpdateBatch):
             raise InputTypeError(f"add takes an UpdateBatch, got {type(batch).__name__}")
-        self._check_relation(batch.relation)
+        relation = self._check_relation(batch.relation)
         signs = batch.signs()
         arrival = self._arrive()
-        pending = self._pending.setdefault(batch.relation, _Pending())
+        pending = self._pending.setdefault(relation, _Pending())
         pending.batches.append((arrival, arrival if id is None else id, batch.rows, signs))
         self._rows += len(signs)
         return self._after_push()
@@ -148,7 +154,7 @@ class MicroBatcher:
             return report
         batches = [self._batch(relation, p) for relation, p in pending.items()]
         try:
-            report.deltas.append(self.maintainer.apply(batches))
+            report.deltas.append(self.target.apply(batches))
         except BatchError:
             pass  # nothing changed: find the rejected updates one at a time
         else:
@@ -161,7 +167,7 @@ class MicroBatcher:
         updates = sorted(u for r, p in pending.items() for u in self._updates(r, p))
         for _, id, batch in updates:
             try:
-                report.deltas.append(self.maintainer.apply(batch()))
+                report.deltas.append(self.target.apply(batch()))
                 report.applied.append(id)
             except BatchError as error:
                 report.rejected.append((id, error))
@@ -184,6 +190,7 @@ class MicroBatcher:
 
     def _push_row(self, relation: str, row, sign: int, id: Hashable) -> Flush | None:
         if type(row) is not tuple or self._width.get(relation) != len(row):
+            relation = self._check_relation(relation)
             row = self._row(relation, row)
         arrival = self._arrive()
         pending = self._pending.get(relation)
@@ -208,22 +215,49 @@ class MicroBatcher:
             and self.clock() - self._since >= self.max_delay
         )
 
-    def _check_relation(self, relation: str) -> tuple[str, ...]:
-        columns = self._columns.get(relation)
-        if columns is None:
+    def _read_relations(self) -> None:
+        """The target's relations with their columns, and which take updates: a maintainer's
+        query relations (its updatable ones), a database's tables (all: a table a view
+        holds static is rejected when applied, like any bad update)."""
+        target = self.target
+        if hasattr(target, "query") and hasattr(target, "updatable"):  # a Maintainer
+            self._database = False
+            self._columns = {r: tuple(c) for r, c in target.query.relations.items()}
+            updatable = target.updatable
+        elif isinstance(getattr(target, "tables", None), Mapping):  # a ringml.sql.Database
+            self._database = True
+            self._columns = {t: tuple(s.columns) for t, s in target.tables.items()}
+            updatable = self._columns
+        else:
+            raise InputTypeError(
+                "MicroBatcher feeds a ringml.Maintainer or a ringml.sql.Database, got "
+                f"{type(target).__name__}"
+            )
+        # relations that take updates -> their number of columns (the fast path of a row)
+        self._width = {r: len(c) for r, c in self._columns.items() if r in updatable}
+
+    def _check_relation(self, relation: str) -> str:
+        """The relation's name as the target spells it; :class:`BatchError` for one that is
+        unknown or static.  A database is read again for a name it did not have (tables
+        may have been created since), and its names match case-insensitively."""
+        if relation not in self._columns and self._database:
+            self._read_relations()
+            spelled = {r.lower(): r for r in self._columns}
+            relation = spelled.get(str(relation).lower(), relation)
+        if relation not in self._columns:
             raise BatchError(
-                f"unknown relation {relation!r}; the query has {sorted(self._columns)}",
+                f"unknown relation {relation!r}; the target has {sorted(self._columns)}",
                 relation,
             )
         if relation not in self._width:
             raise BatchError(
                 f"relation {relation!r} is static; declare it updatable to change it", relation
             )
-        return columns
+        return relation
 
     def _row(self, relation: str, row: Sequence | Mapping) -> tuple:
         """A row as a tuple in column order; :class:`BatchError` for another shape."""
-        columns = self._check_relation(relation)
+        columns = self._columns[relation]
         if isinstance(row, Mapping):
             if set(row) != set(columns):
                 raise BatchError(
