@@ -8,6 +8,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -118,6 +119,7 @@ def _normal_row(row) -> tuple:
     return tuple(out)
 
 
+@pytest.mark.parametrize("tuple_cells", [0, 10**6], ids=["coded", "tuples"])
 @settings(max_examples=150, deadline=None)
 @given(
     st.lists(st.fixed_dictionaries(_cell), max_size=8),
@@ -125,16 +127,22 @@ def _normal_row(row) -> tuple:
     st.integers(0, 8),
     st.booleans(),
 )
-def test_row_changes_is_the_signed_multiset_difference(before_rows, after_rows, kept, nan_free):
+def test_row_changes_is_the_signed_multiset_difference(
+    tuple_cells, before_rows, after_rows, kept, nan_free
+):
     """Rows equal under SQL grouping (NULLs together, -0.0 = 0.0) cancel; the rest come once
     with their net count, in order of first appearance, in the columns' dtypes where the
     values allow (an int column stays int unless a NULL came, then it is float64 as in the
-    view's rows, while integers beyond 2**53 still tell rows apart)."""
+    view's rows, while integers beyond 2**53 still tell rows apart).  Both ways of grouping
+    the rows: coded columns and Python tuples."""
+    from ringml.sql import output
     from ringml.sql.output import row_changes
 
     before = _frame(before_rows, True)
     after = pd.concat([_frame(after_rows, nan_free), before.iloc[:kept]], ignore_index=True)
-    got = row_changes(before, after)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(output, "ROW_TUPLE_CELLS", tuple_cells)
+        got = row_changes(before, after)
     assert list(got.columns) == [*before.columns, "multiplicity"]
     expected = Counter(_normal_row(r) for r in after.itertuples(index=False, name=None))
     expected.subtract(_normal_row(r) for r in before.itertuples(index=False, name=None))
@@ -165,10 +173,14 @@ def test_row_changes_is_the_signed_multiset_difference(before_rows, after_rows, 
         assert rows == [r for r in appearance if r in expected]
 
 
-def test_row_changes_keeps_integers_beyond_2_53_apart_when_a_null_comes():
+@pytest.mark.parametrize("tuple_cells", [0, 10**6], ids=["coded", "tuples"])
+def test_row_changes_keeps_integers_beyond_2_53_apart_when_a_null_comes(monkeypatch, tuple_cells):
     """An int column that gets a NULL (a SUM of no values) is float64 after; rows whose
     integers differ beyond float64's precision must not cancel each other."""
+    from ringml.sql import output
     from ringml.sql.output import row_changes
+
+    monkeypatch.setattr(output, "ROW_TUPLE_CELLS", tuple_cells)
 
     before = pd.DataFrame({"g": ["a", "b"], "s": np.array([2**53, 2**53 + 1], dtype=np.int64)})
     after = pd.DataFrame({"g": ["a", "b", "c"], "s": [float(2**53), float(2**53), np.nan]})
