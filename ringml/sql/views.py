@@ -874,6 +874,8 @@ class Database:
                 continue
             if view.windowed:
                 diff = row_changes(before[view.name], view.to_pandas())
+            elif view._delta is None or not len(view._delta):
+                continue  # no group changed (e.g. every row filtered out): no diff
             else:
                 diff = view.diff(view._delta)
             if len(diff):
