@@ -57,8 +57,9 @@ class Flush:
 
     @property
     def coalesced(self) -> bool:
-        """True when every update went through one ``apply``."""
-        return len(self.deltas) == 1
+        """True when every update went through one ``apply`` (not the fallback, which may
+        also apply just one update and reject the others)."""
+        return len(self.deltas) == 1 and not self.rejected
 
 
 class _Pending:

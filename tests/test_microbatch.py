@@ -309,3 +309,12 @@ def test_database_tables_resolved_when_used():
 def test_microbatcher_refuses_other_targets():
     with pytest.raises(InputTypeError, match="Maintainer or a ringml.sql.Database"):
         MicroBatcher(pd.DataFrame())
+
+
+def test_a_fallback_that_applies_one_update_is_not_coalesced():
+    batcher = MicroBatcher(maintainer(), max_rows=100)
+    batcher.insert("R", (1, 2.0), id="ok")
+    batcher.delete("R", (5, 1.0), id="absent")
+    flush = batcher.flush()
+    assert flush.applied == ["ok"] and [i for i, _ in flush.rejected] == ["absent"]
+    assert len(flush.deltas) == 1 and not flush.coalesced
