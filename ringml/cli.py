@@ -186,15 +186,24 @@ def main(argv: list[str] | None = None) -> int:
     demo.set_defaults(run=_demo, parser=demo)
     bench = commands.add_parser(
         "bench",
-        help="run a benchmark from benchmarks/ (engine, rings, models, spark, sql_tpch, windows "
-        "or dbtoaster_fig7)",
+        help="run a benchmark from benchmarks/ (engine, rings, models, spark, sql_tpch, "
+        "sql_single_rows, windows or dbtoaster_fig7)",
         description="Run benchmarks/<BENCHMARK>.py of the source checkout; every option "
         "after the name goes to the script (e.g. ringml bench engine --quick; "
         "ringml bench spark --help). Results go to benchmarks/results/.",
     )
     bench.add_argument(
         "benchmark",
-        choices=["engine", "rings", "models", "spark", "sql_tpch", "windows", "dbtoaster_fig7"],
+        choices=[
+            "engine",
+            "rings",
+            "models",
+            "spark",
+            "sql_tpch",
+            "sql_single_rows",
+            "windows",
+            "dbtoaster_fig7",
+        ],
     )
     bench.add_argument("options", nargs=argparse.REMAINDER, help="options for the script")
     bench.set_defaults(run=_bench)
