@@ -12,6 +12,7 @@ import numbers
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import infer_dtype
 
 from .keyindex import KeyIndex
 
@@ -99,6 +100,8 @@ def _value_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise EncodingError(f"missing value {objects[i]!r} cannot be a key", i, objects[i])
     keys[:, 0] = _OTHER
     keys[:, 1] = pd.util.hash_array(objects, categorize=True).view(np.int64)
+    if infer_dtype(objects, skipna=False) in ("string", "bytes"):  # one C pass: no numbers
+        return keys, objects
     # numbers held in an object column are keyed like numeric columns (object 1 == int64 1)
     real = np.fromiter((isinstance(x, numbers.Real) for x in objects), dtype=bool, count=n)
     if real.any():
