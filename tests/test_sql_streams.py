@@ -94,6 +94,12 @@ VIEWS = {
         "FROM R JOIN S ON R.b = S.b GROUP BY S.c",
         [],
     ),
+    "nullif": (
+        "SELECT S.c, SUM(NULLIF(S.y, 1)) AS s, COUNT(NULLIF(R.a, 2)) AS n, "
+        "AVG(NULLIF(R.x, 0.5)) AS m FROM R JOIN S ON R.b = S.b "
+        "WHERE NULLIF(R.b, 0) IS NOT NULL GROUP BY S.c",
+        [],
+    ),
     "distinct": ("SELECT DISTINCT S.c FROM R JOIN S ON R.b = S.b", []),
     "linear": (
         "SELECT R.a, SUM(R.x + S.y) AS s1, SUM(R.x - 2 * S.y) AS s2 FROM R JOIN S "

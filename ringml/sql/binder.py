@@ -242,6 +242,11 @@ class Binder:
             raise self.unsupported(f"IS {node.expression.sql(dialect=DIALECT)}", node, "IS")
         if isinstance(node, e.Case):
             return self.case(node, context)
+        if isinstance(node, e.Nullif):  # CASE WHEN a = b THEN NULL ELSE a END
+            value = self.expr(node.this, context)
+            equal = self.compare("=", value, self.expr(node.expression, context), node)
+            kind = unify(["null", value.kind], "NULLIF", pos)
+            return fold(Case(((equal, Lit(None, "null")),), value, kind))
         if isinstance(node, e.If):
             cond = self.condition(node.this, context, "IF")
             true = self.expr(node.args["true"], context)
