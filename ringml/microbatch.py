@@ -44,6 +44,29 @@ __all__ = ["Flush", "MicroBatcher"]
 _DIRECT = {int: np.int64, float: np.float64}
 
 
+def _column(values: tuple) -> np.ndarray | None:
+    """One column's values typed as ``from_records`` types them, when they are all of one
+    plain type; None otherwise (or for an int beyond int64)."""
+    kinds = set(map(type, values))
+    if len(kinds) != 1:
+        return None
+    kind = kinds.pop()
+    dtype = _DIRECT.get(kind)
+    if dtype is not None:
+        try:
+            return np.fromiter(values, dtype, len(values))
+        except OverflowError:
+            return None
+    if kind is str:
+        array = np.empty(len(values), dtype=object)
+        array[:] = values
+        return array
+    if kind is pd.Timestamp:
+        index = pd.DatetimeIndex(values)
+        return index.to_numpy() if index.tz is None else None
+    return None
+
+
 @dataclass
 class Flush:
     """What one flush did: the result's changes (one delta per ``apply`` it made; empty when
@@ -281,18 +304,15 @@ class MicroBatcher:
 
     def _frame(self, relation: str, rows: list[tuple]) -> pd.DataFrame:
         """The rows as a frame, with the dtypes ``DataFrame.from_records`` infers; columns
-        of Python ints (that fit int64) or floats only are converted directly."""
+        of one plain type (Python ints that fit int64, floats, str, tz-naive Timestamps)
+        are converted directly, a frame with any other column by ``from_records``."""
         columns = list(self._columns[relation])
         arrays = []
         for values in zip(*rows, strict=True):
-            kinds = set(map(type, values))
-            dtype = _DIRECT.get(kinds.pop()) if len(kinds) == 1 else None
-            if dtype is None:
+            array = _column(values)
+            if array is None:
                 return pd.DataFrame.from_records(rows, columns=columns)
-            try:
-                arrays.append(np.fromiter(values, dtype, len(values)))
-            except OverflowError:  # an int beyond int64: inferred as from_records does
-                return pd.DataFrame.from_records(rows, columns=columns)
+            arrays.append(array)
         return pd.DataFrame(dict(zip(columns, arrays, strict=True)), copy=False)
 
     def _batch(self, relation: str, pending: _Pending) -> UpdateBatch:

@@ -162,7 +162,21 @@ def test_context_manager_flushes_and_bad_rows_raise_at_once():
 
 def test_frames_keep_the_dtypes_of_from_records():
     batcher = MicroBatcher(maintainer())
-    for rows in ([(1, 2.0), (2, 3.5)], [(1, 2), (2, 3.5)], [(2**64, 1.0)], [("a", 1.0)]):
+    day = pd.Timestamp("2020-01-02")
+    for rows in (
+        [(1, 2.0), (2, 3.5)],
+        [(1, 2), (2, 3.5)],
+        [(2**64, 1.0)],
+        [("a", 1.0)],
+        [("a", "b"), ("", "é")],
+        [("a", 1.0), (None, 2.0)],
+        [(day, 1.0), (day.as_unit("s"), 2.0)],  # Timestamps of any unit: datetime64[ns]
+        [(day, 1.0), (pd.NaT, 2.0)],
+        [(day.tz_localize("UTC"), 1.0)],  # tz-aware: from_records' datetime64[ns, UTC]
+        [(day, 1.0), (day.to_pydatetime(), 2.0)],
+        [(True, 1.0), (False, 2.0)],
+        [(np.int64(3), np.float32(1.5))],
+    ):
         got = batcher._frame("R", rows)
         expected = pd.DataFrame.from_records(rows, columns=["a", "x"])
         assert got.dtypes.tolist() == expected.dtypes.tolist()
