@@ -110,10 +110,23 @@ def view_rows(
     components: Mapping[str, np.ndarray],
     lookups: Mapping | None = None,
 ) -> pd.DataFrame:
-    """The view's output rows from its groups (``keys``: per free variable its decoded
-    values, a mapping that may decode on demand and offer ``take(rows)``; ``components``:
-    per ring component its values, aligned with the keys; ``lookups``: per subquery slot
-    ``#sI`` of SELECT and HAVING its lookup).
+    """:func:`view_columns` as a DataFrame."""
+    columns = view_columns(plan, keys, components, lookups)
+    n = len(next(iter(columns.values()))) if columns else 0
+    # fresh columns: no copy, no consolidation into blocks
+    return pd.DataFrame(columns, index=pd.RangeIndex(n), copy=False)
+
+
+def view_columns(
+    plan: ViewPlan,
+    keys: Mapping[str, np.ndarray],
+    components: Mapping[str, np.ndarray],
+    lookups: Mapping | None = None,
+) -> dict[str, np.ndarray]:
+    """The view's output rows, column by column, from its groups (``keys``: per free
+    variable its decoded values, a mapping that may decode on demand and offer
+    ``take(rows)``; ``components``: per ring component its values, aligned with the keys;
+    ``lookups``: per subquery slot ``#sI`` of SELECT and HAVING its lookup).
 
     With ORDER BY and LIMIT, the groups whose first ORDER BY key is among the
     OFFSET + LIMIT smallest (ties included: ``np.partition``) are kept before anything
@@ -152,11 +165,7 @@ def view_rows(
     start = plan.offset
     stop = None if plan.limit is None else start + plan.limit
     rows = rows[start:stop]
-    return pd.DataFrame(  # fresh columns: no copy, no consolidation into blocks
-        {name: values[rows] for name, values in columns.items()},
-        index=pd.RangeIndex(rows.size),
-        copy=False,
-    )
+    return {name: values[rows] for name, values in columns.items()}
 
 
 def _top_candidates(plan: ViewPlan, env: Aggregated, n: int, wanted: int) -> np.ndarray | None:
@@ -246,34 +255,39 @@ ROW_TUPLE_CELLS = 1024
 _NULL = object()  # every NULL (None, NaN, NaT) of a column as one key in a row tuple
 
 
-def row_changes(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
-    """The signed multiset difference ``after - before``: each distinct row whose count
-    changed, with the change in a ``multiplicity`` column (-1: a row left, +1: a row came),
-    in the order of the rows' first appearance in ``before`` then ``after``.
+def row_changes(
+    before: pd.DataFrame | Mapping[str, np.ndarray], after: pd.DataFrame | Mapping[str, np.ndarray]
+) -> pd.DataFrame:
+    """The signed multiset difference ``after - before`` (frames, or mappings of the same
+    columns to arrays): each distinct row whose count changed, with the change in a
+    ``multiplicity`` column (-1: a row left, +1: a row came), in the order of the rows'
+    first appearance in ``before`` then ``after``.
 
     Rows are equal when every column is (``pd.factorize``'s equality: NULLs equal to each
     other, ``-0.0 == 0.0``, numbers by value); no frame groupby: a small diff groups Python
     tuples in a dict, a large one codes the columns into one integer per row and sums the
     signs by ``np.bincount``."""
     name = MULTIPLICITY
-    while name in before.columns:
+    columns = list(before.columns) if isinstance(before, pd.DataFrame) else list(before)
+    while name in columns:
         name += "_"
-    columns = list(before.columns)
     if not columns:
         delta = len(after) - len(before)
         return pd.DataFrame({name: [delta]} if delta else {name: []}, dtype=np.int64)
+    before, after = _arrays(before, columns), _arrays(after, columns)
     joined = {}
     for column in columns:
-        old, new = before[column].to_numpy(), after[column].to_numpy()
+        old, new = before[column], after[column]
         if old.dtype != new.dtype and old.dtype.kind in "iub" and new.dtype.kind in "iufb":
             # an integer column that became float (a NULL came): compared as Python numbers,
             # so that integers beyond 2**53 stay distinct
             joined[column] = np.concatenate([old.astype(object), new.astype(object)])
         else:
             joined[column] = np.concatenate([old, new])
-    cells = (len(before) + len(after)) * len(columns)
+    n_before = len(before[columns[0]])
+    cells = len(joined[columns[0]]) * len(columns)
     group = _tuple_groups if cells <= ROW_TUPLE_CELLS else _coded_groups
-    rows, net = group(list(joined.values()), len(before))
+    rows, net = group(list(joined.values()), n_before)
     out = {}
     for column in columns:  # the view's dtype where the values allow, else the widest
         values = joined[column][rows]
@@ -288,6 +302,13 @@ def row_changes(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
         out[column] = values
     out[name] = net
     return pd.DataFrame(out, index=pd.RangeIndex(rows.size), copy=False)
+
+
+def _arrays(rows: pd.DataFrame | Mapping[str, np.ndarray], columns: list[str]) -> dict:
+    """The columns of a frame or mapping as numpy arrays."""
+    if isinstance(rows, pd.DataFrame):
+        return {c: rows[c].to_numpy() for c in columns}
+    return {c: np.asarray(rows[c]) for c in columns}
 
 
 def _tuple_groups(columns: list[np.ndarray], n_before: int) -> tuple[np.ndarray, np.ndarray]:

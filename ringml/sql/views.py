@@ -28,7 +28,7 @@ from .compiler import compile_view
 from .errors import SqlNameError
 from .expressions import DTYPES, EvaluationError, SubqueryRef, as_numbers, truth
 from .logical import COUNT, HIDDEN_AGGREGATES, AtomPlan, SubqueryPlan, ViewPlan
-from .output import Aggregated, key_column, row_changes, view_rows
+from .output import Aggregated, key_column, row_changes, view_columns, view_rows
 from .rangejoin import RangeJoin, range_join
 from .residual import (
     ResidualResult,
@@ -526,7 +526,7 @@ class View:
             components = {
                 c.name: p[exists] for c, p in zip(self.plan.components, parts, strict=True)
             }
-            rows.append(view_rows(self.plan, groups, components))
+            rows.append(view_columns(self.plan, groups, components))
         return row_changes(*rows)
 
     @property
