@@ -1,6 +1,6 @@
 """From the maintained groups to the view's rows, and from two sets of rows to a diff.
 
-:func:`view_rows` takes the groups of a view (decoded key columns and one array per ring
+:func:`view_columns` takes the groups of a view (decoded key columns and one array per ring
 component) and applies what follows aggregation, on whole columns: the aggregates as sums of
 components (NULL where no argument was non-NULL), the output expressions, HAVING, the
 repetition of a bag projection's rows by their multiplicity, ORDER BY and LIMIT/OFFSET.
@@ -104,16 +104,9 @@ class Aggregated(dict):
         return value, null if null.any() else None
 
 
-def view_rows(
-    plan: ViewPlan,
-    keys: Mapping[str, np.ndarray],
-    components: Mapping[str, np.ndarray],
-    lookups: Mapping | None = None,
-) -> pd.DataFrame:
-    """:func:`view_columns` as a DataFrame."""
-    columns = view_columns(plan, keys, components, lookups)
+def columns_frame(columns: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """Columns of one length as a DataFrame (fresh arrays: no copy, no consolidation)."""
     n = len(next(iter(columns.values()))) if columns else 0
-    # fresh columns: no copy, no consolidation into blocks
     return pd.DataFrame(columns, index=pd.RangeIndex(n), copy=False)
 
 

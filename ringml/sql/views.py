@@ -28,7 +28,7 @@ from .compiler import compile_view
 from .errors import SqlNameError
 from .expressions import DTYPES, EvaluationError, SubqueryRef, as_numbers, truth
 from .logical import COUNT, HIDDEN_AGGREGATES, AtomPlan, SubqueryPlan, ViewPlan
-from .output import Aggregated, key_column, row_changes, view_columns, view_rows
+from .output import Aggregated, columns_frame, key_column, row_changes, view_columns
 from .rangejoin import RangeJoin, range_join
 from .residual import (
     ResidualResult,
@@ -341,20 +341,24 @@ class View:
 
     def to_pandas(self) -> pd.DataFrame:
         """The view's current rows (ORDER BY/LIMIT applied)."""
+        return columns_frame(self._current())
+
+    def _current(self) -> dict[str, np.ndarray]:
+        """:meth:`to_pandas`'s rows as columns (what a diff of whole results compares)."""
         lookups = self._lookups()
         if self.range is not None:
             codes, components = self.range.read()
             keys = GroupKeys(self.range.a, self.range.plan.visible, codes)
-            return view_rows(self.plan, keys, components, lookups)
+            return view_columns(self.plan, keys, components, lookups)
         if self.plan.collapsed:  # the filtered, collapsed result kept per batch
             if self._result is None:
                 self._result = self._rebuild()
             codes, components = self._result.read()
             keys = GroupKeys(self.maintainer, self._result.visible, codes)
-            return view_rows(self.plan, keys, components, lookups)
+            return view_columns(self.plan, keys, components, lookups)
         groups = self.maintainer.groups()
         keys = GroupKeys(self.maintainer, groups.free, groups.codes)
-        return view_rows(self.plan, keys, self._components(groups.payload), lookups)
+        return view_columns(self.plan, keys, self._components(groups.payload), lookups)
 
     def _lookups(self, before: Collection[int] = ()) -> dict:
         """Per subquery slot ``#sI`` its lookup: a keyed subquery's values read from its
@@ -584,9 +588,15 @@ class View:
             for table, view in self.derived:
                 if not set(view.plan.tables) & set(changes):
                     continue
-                before = view.to_pandas()
-                applied.extend(view._apply(changes, loading))
-                diff = row_changes(before, view.to_pandas())
+                if view.windowed or view.range is not None:  # rows move as a whole: compare
+                    before = view._current()
+                    applied.extend(view._apply(changes, loading))
+                    diff = row_changes(before, view._current())
+                else:  # the rows of the groups its engine changed, not a read of all
+                    applied.extend(view._apply(changes, loading))
+                    if view._delta is None or not len(view._delta):
+                        continue
+                    diff = view.diff(view._delta)
                 if len(diff):
                     rows = {c: diff[c].to_numpy() for c in diff.columns[:-1]}
                     derived[table] = (rows, diff[diff.columns[-1]].to_numpy(np.int64))
@@ -873,7 +883,7 @@ class Database:
             if not view._subscribers:
                 continue
             if view.windowed:
-                diff = row_changes(before[view.name], view.to_pandas())
+                diff = row_changes(before[view.name], view._current())
             elif view._delta is None or not len(view._delta):
                 continue  # no group changed (e.g. every row filtered out): no diff
             else:
@@ -897,7 +907,7 @@ class Database:
         typed = {t: (c.columns, c.signs) for t, c in changes.items()}
         touched = [v for v in self._views.values() if set(v.plan.tables) & set(typed)]
         # a LIMIT/OFFSET view's diff needs its whole result before (other groups move in)
-        before = {v.name: v.to_pandas() for v in touched if v._subscribers and v.windowed}
+        before = {v.name: v._current() for v in touched if v._subscribers and v.windowed}
         applied: list = []
         try:
             for view in touched:
