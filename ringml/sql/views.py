@@ -508,10 +508,31 @@ class View:
     @property
     def windowed(self) -> bool:
         """Whether the diff of a batch is the difference of the whole results before and
-        after it: LIMIT/OFFSET cut the result (a change of one group moves others in), or
-        engine groups collapse into output rows (MIN/MAX/DISTINCT, residual filters)."""
+        after it: LIMIT/OFFSET cut the result (a change of one group moves others in),
+        engine groups collapse into output rows (MIN/MAX/DISTINCT, residual filters), or the
+        rows are joined from two side views on read (an inequality join)."""
         plan = self.plan
-        return plan.limit is not None or plan.offset > 0 or plan.collapsed or bool(plan.subqueries)
+        return (
+            plan.limit is not None
+            or plan.offset > 0
+            or plan.collapsed
+            or bool(plan.subqueries)
+            or self.range is not None
+        )
+
+    def _rows_before(self) -> dict[str, np.ndarray] | None:
+        """What the diff of the next apply compares with: the whole result of a
+        :attr:`windowed` view, else None (its diff comes from the engine's change)."""
+        return self._current() if self.windowed else None
+
+    def _changes(self, before: dict[str, np.ndarray] | None) -> pd.DataFrame | None:
+        """The rows that left and came with the last apply (``before``: what
+        :meth:`_rows_before` gave before it); None when no group changed."""
+        if before is not None:
+            return row_changes(before, self._current())
+        if self._delta is None or not len(self._delta):
+            return None
+        return self.diff(self._delta)
 
     def diff(self, delta) -> pd.DataFrame:
         """The output rows that left and came with an apply, from the engine's change of the
@@ -588,16 +609,10 @@ class View:
             for table, view in self.derived:
                 if not set(view.plan.tables) & set(changes):
                     continue
-                if view.windowed or view.range is not None:  # rows move as a whole: compare
-                    before = view._current()
-                    applied.extend(view._apply(changes, loading))
-                    diff = row_changes(before, view._current())
-                else:  # the rows of the groups its engine changed, not a read of all
-                    applied.extend(view._apply(changes, loading))
-                    if view._delta is None or not len(view._delta):
-                        continue
-                    diff = view.diff(view._delta)
-                if len(diff):
+                before = view._rows_before()
+                applied.extend(view._apply(changes, loading))
+                diff = view._changes(before)
+                if diff is not None and len(diff):
                     rows = {c: diff[c].to_numpy() for c in diff.columns[:-1]}
                     derived[table] = (rows, diff[diff.columns[-1]].to_numpy(np.int64))
             batches = self.batches({**changes, **derived})
@@ -882,20 +897,15 @@ class Database:
         for view in touched:
             if not view._subscribers:
                 continue
-            if view.windowed:
-                diff = row_changes(before[view.name], view._current())
-            elif view._delta is None or not len(view._delta):
-                continue  # no group changed (e.g. every row filtered out): no diff
-            else:
-                diff = view.diff(view._delta)
-            if len(diff):
+            diff = view._changes(before[view.name])
+            if diff is not None and len(diff):
                 for subscription in list(view._subscribers):
                     subscription.callback(diff)
 
     def _apply_views(self, changes: Mapping[str, TableChange]) -> tuple[list, dict]:
         """Feed checked table changes to every view reading a changed table (all views
-        unchanged if one fails); the views touched and, per windowed view with subscribers,
-        its rows before."""
+        unchanged if one fails); the views touched and, per view with subscribers, what
+        its diff compares with (:meth:`View._rows_before`)."""
         for view in self._views.values():
             frozen = sorted(view.static & set(changes))
             if frozen:
@@ -906,8 +916,8 @@ class Database:
                 )
         typed = {t: (c.columns, c.signs) for t, c in changes.items()}
         touched = [v for v in self._views.values() if set(v.plan.tables) & set(typed)]
-        # a LIMIT/OFFSET view's diff needs its whole result before (other groups move in)
-        before = {v.name: v._current() for v in touched if v._subscribers and v.windowed}
+        # what each subscribed view's diff compares with (a LIMIT view: its whole result)
+        before = {v.name: v._rows_before() for v in touched if v._subscribers}
         applied: list = []
         try:
             for view in touched:
