@@ -435,6 +435,12 @@ class CovarianceBatch:
     ``(n, k(k+1)/2)`` float64, the packed upper triangle in row-major order (diagonal
     included).  Accumulators also carry ``sums_lo``/``products_lo``, the compensation
     terms of TwoSum accumulation; the value of an entry is ``hi + lo``.
+
+    ``packed``: plain accumulators (a store's payloads) and the rows taken from them keep
+    the three in one ``(n, 1 + k + k(k+1)/2)`` float64 array, a row per payload holding
+    the count (its int64 bits), the sums and the products; ``count``, ``sums`` and
+    ``products`` are then views of it, so that a gather or a scatter of payloads moves
+    one contiguous row each instead of three.
     """
 
     block: Block
@@ -444,6 +450,7 @@ class CovarianceBatch:
     sums_lo: np.ndarray | None = None
     products_lo: np.ndarray | None = None
     ring_id: int | None = field(default=None, repr=False)
+    packed: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.block = tuple(self.block)
@@ -458,6 +465,17 @@ class CovarianceBatch:
 
     def __len__(self) -> int:
         return len(self.count)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        if self.packed is not None:  # the views would be pickled as copies
+            del state["count"], state["sums"], state["products"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if state.get("packed") is not None:
+            self.count, self.sums, self.products = _unpacked(self.packed, len(self.block))
 
     @property
     def has_lo(self) -> bool:
@@ -478,6 +496,15 @@ class CovarianceStatistics:
     def variance(self) -> np.ndarray:
         """The diagonal of :attr:`covariance`."""
         return np.diag(self.covariance).copy()
+
+
+def _packed_width(k: int) -> int:
+    return 1 + k + _plen(k)
+
+
+def _unpacked(data: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Count (int64), sums and products: views of a packed ``(n, 1 + k + plen)`` array."""
+    return data.view(np.int64)[:, 0], data[:, 1 : 1 + k], data[:, 1 + k :]
 
 
 def _pad_full(p: CovariancePayload, union: Block) -> tuple[np.ndarray, np.ndarray]:
@@ -898,6 +925,18 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             zp() if lo else None,
         )
 
+    def _packed(self, block: Block, data: np.ndarray) -> CovarianceBatch:
+        """A batch over the rows of a packed array (see :class:`CovarianceBatch`)."""
+        count, sums, products = _unpacked(data, len(block))
+        return CovarianceBatch(block, count, sums, products, ring_id=self._id, packed=data)
+
+    def _packed_copy(self, block: Block, count, sums, products) -> CovarianceBatch:
+        """The arrays copied into one packed batch."""
+        data = np.empty((len(count), _packed_width(len(block))))
+        packed = self._packed(block, data)
+        packed.count[:], packed.sums[:], packed.products[:] = count, sums, products
+        return packed
+
     @staticmethod
     def _fold(b: CovarianceBatch) -> CovarianceBatch:
         """A plain batch with the compensation folded in (``hi + lo``)."""
@@ -954,7 +993,9 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         """
         block = _as_block(block)
         self._check_block(block)
-        return self._zeros(n, block, lo=self.compensated and compensated)
+        if self.compensated and compensated:
+            return self._zeros(n, block, lo=True)
+        return self._packed(block, np.zeros((n, _packed_width(len(block)))))
 
     def batch_from(self, elements: Sequence[CovariancePayload]) -> CovarianceBatch:
         elements = list(elements)
@@ -994,6 +1035,8 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         index = index.nonzero()[0] if index.dtype == bool else index.astype(np.intp, copy=False)
         # take gathers rows of a 2-d array several times faster than fancy indexing (the
         # methods: np.take's wrapper costs about as much as a small gather)
+        if batch.packed is not None:
+            return self._packed(batch.block, batch.packed.take(index, axis=0))
         count = batch.count.take(index)
         sums = batch.sums.take(index, axis=0)
         products = batch.products.take(index, axis=0)
@@ -1273,11 +1316,16 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         union = _union(target.block, values.block)
         if union != target.block:
             lo = target.sums_lo is not None
-            target = self._batch(union, target.count.copy(), *self._pad(target, union, lo))
+            if target.packed is not None:
+                target = self._packed_copy(union, target.count, *self._pad(target, union))
+            else:
+                target = self._batch(union, target.count.copy(), *self._pad(target, union, lo))
         sums, products = self._pad(values, union)
         m = slots.size
         if m and slots[-1] - slots[0] == m - 1 and (m < 3 or (np.diff(slots) == 1).all()):
             slots = slice(int(slots[0]), int(slots[0]) + m)  # consecutive: work on views
+        if target.packed is not None:
+            return self._scatter_add_packed(target, slots, values.count, sums, products, save)
         counts = _rows_at(target.count, slots)
         saved = [counts.copy()] if save else None
         self._count_bound += _magnitude(values.count)
@@ -1310,9 +1358,38 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             lo[slots] = err
         return target, None
 
+    def _scatter_add_packed(
+        self,
+        target: CovarianceBatch,
+        slots: np.ndarray | slice,
+        count: np.ndarray,
+        sums: np.ndarray,
+        products: np.ndarray,
+        save: bool,
+    ) -> tuple[CovarianceBatch, CovarianceBatch | None]:
+        """:meth:`_scatter_add` into a packed target: one gather of its rows, the additions
+        on the gathered rows, one scatter back."""
+        rows = _rows_at(target.packed, slots)
+        saved = self._packed(target.block, rows.copy()) if save else None
+        k = len(target.block)
+        counts = rows.view(np.int64)[:, 0]
+        self._count_bound += _magnitude(count)
+        if self._count_bound < _COUNT_SAFE:
+            counts += count
+        else:
+            counts[:] = _add_counts(counts, count)  # raises before any change on overflow
+        rows[:, 1 : 1 + k] += sums
+        rows[:, 1 + k :] += products
+        if not isinstance(slots, slice):  # (a slice's rows are a view: added in place)
+            target.packed[slots] = rows
+        return target, saved
+
     def batch_clear(self, target: CovarianceBatch, slots: np.ndarray) -> CovarianceBatch:
         self._own(target)
         slots = np.asarray(slots, dtype=np.intp)
+        if target.packed is not None:
+            target.packed[slots] = 0.0  # the count's bits too: int64 0
+            return target
         target.count[slots] = 0
         target.sums[slots] = 0.0
         target.products[slots] = 0.0
@@ -1325,6 +1402,10 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         """Grow with zeros or truncate; compensation arrays are kept."""
         self._own(batch)
         size = len(batch.count)
+        if batch.packed is not None:
+            data = np.zeros((n, batch.packed.shape[1]))  # zeros: lazily zeroed pages
+            data[: min(n, size)] = batch.packed[:n]
+            return self._packed(batch.block, data)
         arrays = [batch.count, batch.sums, batch.products, batch.sums_lo, batch.products_lo]
         if n <= size:
             out = [None if a is None else a[:n].copy() for a in arrays]

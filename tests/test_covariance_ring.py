@@ -532,6 +532,50 @@ def test_accumulator_resize_clear_and_widening():
     assert not CovarianceRing(["x"], compensated=False).batch_accumulator(3).has_lo
 
 
+def test_packed_accumulator_agrees_with_separate_arrays():
+    """A plain accumulator keeps count, sums and products in one packed array (the count as
+    int64 bits); every operation on it, a pickle round trip included, gives what the same
+    operations give on a batch of three separate arrays, bit for bit."""
+    import pickle
+
+    ring = CovarianceRing(["x", "y", "z"], compensated=False)
+    rng = np.random.default_rng(7)
+    packed = ring.batch_accumulator(4)
+    assert packed.packed is not None and not packed.has_lo
+    separate = ring.batch_zeros(4)
+    assert separate.packed is None
+
+    def both(step):
+        nonlocal packed, separate
+        packed, separate = step(packed), step(separate)
+        assert packed.block == separate.block
+        for a, b in [(packed.count, separate.count), (packed.sums, separate.sums)]:
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(packed.products, separate.products)
+        assert packed.count.dtype == np.int64
+
+    lifted = ring.batch_lift_block(["y", "x"], rng.normal(0, 1e3, (3, 2)))
+    both(lambda b: ring.batch_scatter_add(b, np.array([2, 0, 3]), lifted))  # widened
+    assert packed.packed is not None and packed.count.base is not None
+    big = ring.batch_scale(ring.batch_lift("z", rng.normal(0, 1, 2)), np.array([2**40, -3]))
+    both(lambda b: ring.batch_scatter_add(b, np.array([1, 2]), big))  # widened again
+    both(lambda b: ring.batch_scatter_add(b, np.array([1, 2]), big))  # in place, 2**41 counts
+    assert int(packed.count[1]) == 2**41
+    both(lambda b: ring.batch_resize(b, 9))
+    both(lambda b: ring.batch_scatter_add(b, np.arange(5, 8), lifted))  # consecutive slots
+    both(lambda b: ring.batch_take(b, np.array([7, 1, 2, 2])))
+    assert packed.packed is not None  # rows taken from a packed batch stay packed
+    both(lambda b: ring.batch_clear(b, np.array([0])))
+    both(lambda b: pickle.loads(pickle.dumps(b)))
+    both(lambda b: ring.batch_scatter_add(b, np.array([1, 3, 0]), lifted))  # after unpickling
+    assert np.shares_memory(packed.sums, packed.packed)
+    saved_packed = ring.batch_scatter_add_saving(packed, np.array([0, 2]), big)[1]
+    saved_separate = ring.batch_scatter_add_saving(separate, np.array([0, 2]), big)[1]
+    np.testing.assert_array_equal(saved_packed.count, saved_separate.count)
+    np.testing.assert_array_equal(saved_packed.sums, saved_separate.sums)
+    both(lambda b: b)
+
+
 # ------------------------------------------------------------------------ zero tests
 
 
