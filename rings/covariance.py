@@ -239,12 +239,15 @@ def _rows_at(a: np.ndarray, at: np.ndarray | slice) -> np.ndarray:
     return a[at] if isinstance(at, slice) else a.take(at, axis=0)
 
 
-def _lift_rows(x: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+def _lift_rows(
+    x: np.ndarray, weights: np.ndarray | None, products: np.ndarray | None = None
+) -> np.ndarray:
     """The packed products ``x_i x_j`` (``i <= j``, as lift_block orders them) of shifted
-    rows ``x`` (variables × rows); with ``weights``, ``x`` and the products times each row's
-    multiplicity (``x`` in place), as batch_scale."""
+    rows ``x`` (variables × rows), into ``products`` when given; with ``weights``, ``x`` and
+    the products times each row's multiplicity (``x`` in place), as batch_scale."""
     k, n = x.shape
-    products = np.empty((_plen(k), n))
+    if products is None:
+        products = np.empty((_plen(k), n))
     at = 0
     for r in range(k):  # row r of the packed triangle: x_r * x_r..
         np.multiply(x[r], x[r:], out=products[at : at + k - r])
@@ -436,11 +439,10 @@ class CovarianceBatch:
     included).  Accumulators also carry ``sums_lo``/``products_lo``, the compensation
     terms of TwoSum accumulation; the value of an entry is ``hi + lo``.
 
-    ``packed``: plain accumulators (a store's payloads) and the rows taken from them keep
-    the three in one ``(n, 1 + k + k(k+1)/2)`` float64 array, a row per payload holding
-    the count (its int64 bits), the sums and the products; ``count``, ``sums`` and
-    ``products`` are then views of it, so that a gather or a scatter of payloads moves
-    one contiguous row each instead of three.
+    ``floats``: plain accumulators (a store's payloads), the rows taken from them and
+    grouped lifts keep sums and products side by side in one ``(n, k + k(k+1)/2)`` float64
+    array, of which ``sums`` and ``products`` are views: a gather or a scatter of payloads
+    moves one contiguous row of floats, and an addition runs over whole rows.
     """
 
     block: Block
@@ -450,7 +452,7 @@ class CovarianceBatch:
     sums_lo: np.ndarray | None = None
     products_lo: np.ndarray | None = None
     ring_id: int | None = field(default=None, repr=False)
-    packed: np.ndarray | None = field(default=None, repr=False)
+    floats: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.block = tuple(self.block)
@@ -468,14 +470,14 @@ class CovarianceBatch:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        if self.packed is not None:  # the views would be pickled as copies
-            del state["count"], state["sums"], state["products"]
+        if self.floats is not None:  # the views would be pickled as copies
+            del state["sums"], state["products"]
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        if state.get("packed") is not None:
-            self.count, self.sums, self.products = _unpacked(self.packed, len(self.block))
+        if state.get("floats") is not None:
+            self.sums, self.products = _split(self.floats, len(self.block))
 
     @property
     def has_lo(self) -> bool:
@@ -498,13 +500,9 @@ class CovarianceStatistics:
         return np.diag(self.covariance).copy()
 
 
-def _packed_width(k: int) -> int:
-    return 1 + k + _plen(k)
-
-
-def _unpacked(data: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Count (int64), sums and products: views of a packed ``(n, 1 + k + plen)`` array."""
-    return data.view(np.int64)[:, 0], data[:, 1 : 1 + k], data[:, 1 + k :]
+def _split(floats: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sums and products: views of a ``(n, k + plen)`` array of both."""
+    return floats[:, :k], floats[:, k:]
 
 
 def _pad_full(p: CovariancePayload, union: Block) -> tuple[np.ndarray, np.ndarray]:
@@ -925,17 +923,18 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             zp() if lo else None,
         )
 
-    def _packed(self, block: Block, data: np.ndarray) -> CovarianceBatch:
-        """A batch over the rows of a packed array (see :class:`CovarianceBatch`)."""
-        count, sums, products = _unpacked(data, len(block))
-        return CovarianceBatch(block, count, sums, products, ring_id=self._id, packed=data)
+    def _packed(self, block: Block, count: np.ndarray, floats: np.ndarray) -> CovarianceBatch:
+        """A batch whose sums and products are views of ``floats`` (see
+        :class:`CovarianceBatch`)."""
+        sums, products = _split(floats, len(block))
+        return CovarianceBatch(block, count, sums, products, ring_id=self._id, floats=floats)
 
     def _packed_copy(self, block: Block, count, sums, products) -> CovarianceBatch:
         """The arrays copied into one packed batch."""
-        data = np.empty((len(count), _packed_width(len(block))))
-        packed = self._packed(block, data)
-        packed.count[:], packed.sums[:], packed.products[:] = count, sums, products
-        return packed
+        k = len(block)
+        floats = np.empty((len(count), k + _plen(k)))
+        floats[:, :k], floats[:, k:] = sums, products
+        return self._packed(block, np.array(count, dtype=np.int64), floats)
 
     @staticmethod
     def _fold(b: CovarianceBatch) -> CovarianceBatch:
@@ -995,7 +994,8 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         self._check_block(block)
         if self.compensated and compensated:
             return self._zeros(n, block, lo=True)
-        return self._packed(block, np.zeros((n, _packed_width(len(block)))))
+        k = len(block)
+        return self._packed(block, np.zeros(n, dtype=np.int64), np.zeros((n, k + _plen(k))))
 
     def batch_from(self, elements: Sequence[CovariancePayload]) -> CovarianceBatch:
         elements = list(elements)
@@ -1035,8 +1035,10 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         index = index.nonzero()[0] if index.dtype == bool else index.astype(np.intp, copy=False)
         # take gathers rows of a 2-d array several times faster than fancy indexing (the
         # methods: np.take's wrapper costs about as much as a small gather)
-        if batch.packed is not None:
-            return self._packed(batch.block, batch.packed.take(index, axis=0))
+        if batch.floats is not None:
+            return self._packed(
+                batch.block, batch.count.take(index), batch.floats.take(index, axis=0)
+            )
         count = batch.count.take(index)
         sums = batch.sums.take(index, axis=0)
         products = batch.products.take(index, axis=0)
@@ -1258,8 +1260,14 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         w = pre * suf
         diag = []
         for x, f in enumerate(factors):
-            if plan.ks[x]:
-                lo, hi = plan.offsets[x], plan.offsets[x + 1]
+            if not plan.ks[x]:
+                continue
+            lo, hi = plan.offsets[x], plan.offsets[x + 1]
+            if f.floats is not None:  # sums and products in one product
+                both = w[x] @ f.floats
+                out.sums[0, lo:hi] = both[: hi - lo]
+                diag.append(both[hi - lo :])
+            else:
                 np.matmul(w[x], f.sums, out=out.sums[0, lo:hi])
                 diag.append(w[x] @ f.products)
         products = out.products[0]
@@ -1316,7 +1324,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         union = _union(target.block, values.block)
         if union != target.block:
             lo = target.sums_lo is not None
-            if target.packed is not None:
+            if target.floats is not None:
                 target = self._packed_copy(union, target.count, *self._pad(target, union))
             else:
                 target = self._batch(union, target.count.copy(), *self._pad(target, union, lo))
@@ -1324,8 +1332,8 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         m = slots.size
         if m and slots[-1] - slots[0] == m - 1 and (m < 3 or (np.diff(slots) == 1).all()):
             slots = slice(int(slots[0]), int(slots[0]) + m)  # consecutive: work on views
-        if target.packed is not None:
-            return self._scatter_add_packed(target, slots, values.count, sums, products, save)
+        if target.floats is not None:
+            return self._scatter_add_packed(target, slots, values, sums, products, save)
         counts = _rows_at(target.count, slots)
         saved = [counts.copy()] if save else None
         self._count_bound += _magnitude(values.count)
@@ -1362,33 +1370,39 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         self,
         target: CovarianceBatch,
         slots: np.ndarray | slice,
-        count: np.ndarray,
+        values: CovarianceBatch,
         sums: np.ndarray,
         products: np.ndarray,
         save: bool,
     ) -> tuple[CovarianceBatch, CovarianceBatch | None]:
-        """:meth:`_scatter_add` into a packed target: one gather of its rows, the additions
-        on the gathered rows, one scatter back."""
-        rows = _rows_at(target.packed, slots)
-        saved = self._packed(target.block, rows.copy()) if save else None
-        k = len(target.block)
-        counts = rows.view(np.int64)[:, 0]
-        self._count_bound += _magnitude(count)
+        """:meth:`_scatter_add` into a packed target (``sums`` and ``products``: the values'
+        over its block): one gather of its rows of floats, whole rows added when the values
+        are packed over the same block, one scatter back."""
+        counts = _rows_at(target.count, slots)
+        rows = _rows_at(target.floats, slots)
+        saved = self._packed(target.block, counts.copy(), rows.copy()) if save else None
+        self._count_bound += _magnitude(values.count)
         if self._count_bound < _COUNT_SAFE:
-            counts += count
+            counts += values.count
         else:
-            counts[:] = _add_counts(counts, count)  # raises before any change on overflow
-        rows[:, 1 : 1 + k] += sums
-        rows[:, 1 + k :] += products
+            counts = _add_counts(counts, values.count)  # raises before any change on overflow
+        if values.floats is not None and values.block == target.block:
+            rows += values.floats
+        else:
+            k = len(target.block)
+            rows[:, :k] += sums
+            rows[:, k:] += products
+        target.count[slots] = counts
         if not isinstance(slots, slice):  # (a slice's rows are a view: added in place)
-            target.packed[slots] = rows
+            target.floats[slots] = rows
         return target, saved
 
     def batch_clear(self, target: CovarianceBatch, slots: np.ndarray) -> CovarianceBatch:
         self._own(target)
         slots = np.asarray(slots, dtype=np.intp)
-        if target.packed is not None:
-            target.packed[slots] = 0.0  # the count's bits too: int64 0
+        if target.floats is not None:
+            target.count[slots] = 0
+            target.floats[slots] = 0.0
             return target
         target.count[slots] = 0
         target.sums[slots] = 0.0
@@ -1402,10 +1416,11 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         """Grow with zeros or truncate; compensation arrays are kept."""
         self._own(batch)
         size = len(batch.count)
-        if batch.packed is not None:
-            data = np.zeros((n, batch.packed.shape[1]))  # zeros: lazily zeroed pages
-            data[: min(n, size)] = batch.packed[:n]
-            return self._packed(batch.block, data)
+        if batch.floats is not None:
+            count = np.zeros(n, dtype=np.int64)
+            floats = np.zeros((n, batch.floats.shape[1]))  # zeros: lazily zeroed pages
+            count[: min(n, size)], floats[: min(n, size)] = batch.count[:n], batch.floats[:n]
+            return self._packed(batch.block, count, floats)
         arrays = [batch.count, batch.sums, batch.products, batch.sums_lo, batch.products_lo]
         if n <= size:
             out = [None if a is None else a[:n].copy() for a in arrays]
@@ -1580,7 +1595,8 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         # (the result is allocated when needed: most grouped lifts return their sums)
         if groups.dtype.kind not in "iu" or groups.min() < 0 or groups.max() >= n_groups:
             raise RingError(f"group ids must be integers in [0, {n_groups})")
-        x = np.empty((k, n))  # x[p]: the values of variables[p]
+        lifted = np.empty((k + _plen(k), n))  # the shifted values, then their products
+        x = lifted[:k]  # x[p]: the values of variables[p]
         for p, column in enumerate(columns):
             column = np.asarray(column)
             x[p] = column if column.dtype.kind in "biuf" else np.nan
@@ -1608,13 +1624,12 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         if unsorted and 2 * n_groups > n:  # most groups one row (shuffled rows)
             lengths = np.bincount(groups, minlength=n_groups)
             if lengths.min() > 0 and lengths.max() <= _PAIRWISE_BLOCK:  # no sort needed
-                products = _lift_rows(x, weights)
+                _lift_rows(x, weights, lifted[k:])
                 count = lengths if weights is None else _sum_counts(weights, groups, n_groups)
-                return self._batch(
+                return self._packed(
                     block,
                     count.astype(np.int64, copy=False),
-                    _group_sums_rows(x, groups, n_groups),
-                    _group_sums_rows(products, groups, n_groups),
+                    _group_sums_rows(lifted, groups, n_groups),  # sums and products at once
                 )
         if unsorted:
             order = np.argsort(groups, kind="stable")

@@ -533,17 +533,17 @@ def test_accumulator_resize_clear_and_widening():
 
 
 def test_packed_accumulator_agrees_with_separate_arrays():
-    """A plain accumulator keeps count, sums and products in one packed array (the count as
-    int64 bits); every operation on it, a pickle round trip included, gives what the same
-    operations give on a batch of three separate arrays, bit for bit."""
+    """A plain accumulator keeps sums and products side by side in one array of floats; every
+    operation on it, a pickle round trip included, gives what the same operations give on
+    a batch of separate arrays, bit for bit."""
     import pickle
 
     ring = CovarianceRing(["x", "y", "z"], compensated=False)
     rng = np.random.default_rng(7)
     packed = ring.batch_accumulator(4)
-    assert packed.packed is not None and not packed.has_lo
+    assert packed.floats is not None and not packed.has_lo
     separate = ring.batch_zeros(4)
-    assert separate.packed is None
+    assert separate.floats is None
 
     def both(step):
         nonlocal packed, separate
@@ -556,7 +556,7 @@ def test_packed_accumulator_agrees_with_separate_arrays():
 
     lifted = ring.batch_lift_block(["y", "x"], rng.normal(0, 1e3, (3, 2)))
     both(lambda b: ring.batch_scatter_add(b, np.array([2, 0, 3]), lifted))  # widened
-    assert packed.packed is not None and packed.count.base is not None
+    assert packed.floats is not None and packed.sums.base is not None
     big = ring.batch_scale(ring.batch_lift("z", rng.normal(0, 1, 2)), np.array([2**40, -3]))
     both(lambda b: ring.batch_scatter_add(b, np.array([1, 2]), big))  # widened again
     both(lambda b: ring.batch_scatter_add(b, np.array([1, 2]), big))  # in place, 2**41 counts
@@ -564,11 +564,11 @@ def test_packed_accumulator_agrees_with_separate_arrays():
     both(lambda b: ring.batch_resize(b, 9))
     both(lambda b: ring.batch_scatter_add(b, np.arange(5, 8), lifted))  # consecutive slots
     both(lambda b: ring.batch_take(b, np.array([7, 1, 2, 2])))
-    assert packed.packed is not None  # rows taken from a packed batch stay packed
+    assert packed.floats is not None  # rows taken from a packed batch stay packed
     both(lambda b: ring.batch_clear(b, np.array([0])))
     both(lambda b: pickle.loads(pickle.dumps(b)))
     both(lambda b: ring.batch_scatter_add(b, np.array([1, 3, 0]), lifted))  # after unpickling
-    assert np.shares_memory(packed.sums, packed.packed)
+    assert np.shares_memory(packed.sums, packed.floats)
     saved_packed = ring.batch_scatter_add_saving(packed, np.array([0, 2]), big)[1]
     saved_separate = ring.batch_scatter_add_saving(separate, np.array([0, 2]), big)[1]
     np.testing.assert_array_equal(saved_packed.count, saved_separate.count)
