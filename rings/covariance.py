@@ -1400,11 +1400,10 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
     def batch_clear(self, target: CovarianceBatch, slots: np.ndarray) -> CovarianceBatch:
         self._own(target)
         slots = np.asarray(slots, dtype=np.intp)
+        target.count[slots] = 0
         if target.floats is not None:
-            target.count[slots] = 0
             target.floats[slots] = 0.0
             return target
-        target.count[slots] = 0
         target.sums[slots] = 0.0
         target.products[slots] = 0.0
         if target.sums_lo is not None:
@@ -1635,7 +1634,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
             order = np.argsort(groups, kind="stable")
             groups, x = groups[order], x[:, order]
             weights = None if weights is None else weights[order]
-        products = _lift_rows(x, weights)
+        products = _lift_rows(x, weights, None if unsorted else lifted[k:])
         starts = np.flatnonzero(np.concatenate(([True], groups[1:] != groups[:-1])))
         keys = groups[starts]
         if weights is None:
