@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from ringml.rings.categorical import _scatter_rows
-from ringml.rings.covariance import CovarianceRing, _segment_sums_rows
+from ringml.rings.covariance import CovarianceRing, _segment_sums_rows, _transposed
 
 
 def _values(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -33,15 +33,27 @@ def test_segment_sums_equal_reduceat_bitwise(seed):
     assert np.array_equal(got.view(np.int64), expected.view(np.int64))
 
 
+@pytest.mark.parametrize("n", [0, 1, 128, 1000, 1024])
+@pytest.mark.parametrize("w", [0, 1, 7, 8, 9, 20, 65])
+def test_transposed_copies_rows_to_columns(w, n):
+    """Batches of a multiple of 128 rows are transposed 8 rows at a time (a plain copy
+    thrashes the cache there): the same C-contiguous array as the plain copy, partial
+    last block included."""
+    a = np.arange(w * n, dtype=np.float64).reshape(w, n)
+    got = _transposed(a)
+    assert got.flags.c_contiguous and got.shape == (n, w)
+    assert np.array_equal(got, a.T)
+
+
+@pytest.mark.parametrize("n", [400, 1024])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("distinct", [0.95, 0.6, 0.2])
-def test_grouped_lift_equals_lift_then_sum(distinct, weighted):
+def test_grouped_lift_equals_lift_then_sum(distinct, weighted, n):
     """The grouped lift (per-row rounds when most groups have one row, without sorting the
     rows when they are not sorted by group; reduceat otherwise) gives the bits of lift_block
     + scale + sum_by's reduceat of the same rows."""
     rng = np.random.default_rng(7)
     ring = CovarianceRing(list("ABCDE"), shift=False)
-    n = 400
     columns = [_values(rng, (n,)) for _ in range(5)]
     groups = rng.integers(0, max(1, int(n * distinct)), n)
     _, groups = np.unique(groups, return_inverse=True)
