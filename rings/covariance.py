@@ -1393,20 +1393,26 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         are packed over the same block, one scatter back."""
         counts = _rows_at(target.count, slots)
         rows = _rows_at(target.floats, slots)
-        saved = self._packed(target.block, counts.copy(), rows.copy()) if save else None
+        if save and isinstance(slots, slice):  # views of the target: copies are saved
+            counts, rows = counts.copy(), rows.copy()
         self._count_bound += _magnitude(values.count)
         if self._count_bound < _COUNT_SAFE:
-            counts += values.count
+            added = counts + values.count
         else:
-            counts = _add_counts(counts, values.count)  # raises before any change on overflow
+            added = _add_counts(counts, values.count)  # raises before any change on overflow
+        # saving: the gathered rows are the saved ones and the sums go to a new array;
+        # otherwise they are added in place (a slice's rows are views: added in the target)
+        saved = self._packed(target.block, counts, rows) if save else None
         if values.floats is not None and values.block == target.block:
-            rows += values.floats
+            rows = np.add(rows, values.floats, out=None if save else rows)
         else:
             k = len(target.block)
+            if save:
+                rows = rows.copy()
             rows[:, :k] += sums
             rows[:, k:] += products
-        target.count[slots] = counts
-        if not isinstance(slots, slice):  # (a slice's rows are a view: added in place)
+        target.count[slots] = added
+        if save or not isinstance(slots, slice):
             target.floats[slots] = rows
         return target, saved
 

@@ -574,6 +574,15 @@ def test_packed_accumulator_agrees_with_separate_arrays():
     np.testing.assert_array_equal(saved_packed.count, saved_separate.count)
     np.testing.assert_array_equal(saved_packed.sums, saved_separate.sums)
     both(lambda b: b)
+    for slots in (np.array([3, 1]), np.array([1, 2])):  # the saved rows are the rows before
+        before = ring.batch_take(packed, slots)
+        saved = ring.batch_scatter_add_saving(packed, slots, big)[1]
+        saved_separate = ring.batch_scatter_add_saving(separate, slots, big)[1]
+        for got in (saved, saved_separate):
+            np.testing.assert_array_equal(got.count, before.count)
+            np.testing.assert_array_equal(got.sums, before.sums)
+            np.testing.assert_array_equal(got.products, before.products)
+        both(lambda b: b)
 
 
 # ------------------------------------------------------------------------ zero tests
