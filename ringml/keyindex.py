@@ -99,7 +99,8 @@ class KeyIndex:
             return np.full(keys.shape[0], -1, dtype=np.int64)
         if self._direct is not None:
             column = keys[:, 0]
-            inside = (column >= 0) & (column < self._direct.size)
+            # one comparison: a negative key read as unsigned is beyond every size
+            inside = column.view(np.uint64) < self._direct.size
             if inside.all():
                 return self._direct[column]
             found = np.full(column.size, -1, dtype=np.int64)
