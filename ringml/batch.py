@@ -362,9 +362,7 @@ class TupleCounts:
         """
         if not (signs < 0).any():
             return fingerprints, signs, -1
-        unique, inverse = np.unique(fingerprints, return_inverse=True)
-        net = np.zeros(unique.size, dtype=np.int64)
-        np.add.at(net, inverse.ravel(), signs)  # exact (integers)
+        unique, net = _net_changes(fingerprints, signs)
         falling = np.flatnonzero(net < 0)
         if falling.size:
             current = self.current(unique[falling])
@@ -379,6 +377,20 @@ class TupleCounts:
     def apply(self, ids: np.ndarray, net: np.ndarray) -> None:
         """Record the changes (ids need not be unique)."""
         self._pending.append((ids, net))
+
+
+def _net_changes(ids: np.ndarray, signs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ids, sorted, with the exact sum of their signs (one sort; a batch whose
+    ids are distinct, the usual case, needs no summing)."""
+    order = np.argsort(ids)
+    ids = ids[order]
+    net = signs[order].astype(np.int64, copy=False)
+    if ids.size > 1:
+        distinct = ids[1:] != ids[:-1]
+        if not distinct.all():
+            starts = np.flatnonzero(np.concatenate(([True], distinct)))
+            ids, net = ids[starts], np.add.reduceat(net, starts)
+    return ids, net
 
 
 def _counts_of(ids: np.ndarray, counts: np.ndarray, wanted: np.ndarray) -> np.ndarray:
