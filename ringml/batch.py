@@ -383,14 +383,7 @@ def _net_changes(ids: np.ndarray, signs: np.ndarray) -> tuple[np.ndarray, np.nda
     """The distinct ids, sorted, with the exact sum of their signs (one sort; a batch whose
     ids are distinct, the usual case, needs no summing)."""
     order = np.argsort(ids)
-    ids = ids[order]
-    net = signs[order].astype(np.int64, copy=False)
-    if ids.size > 1:
-        distinct = ids[1:] != ids[:-1]
-        if not distinct.all():
-            starts = np.flatnonzero(np.concatenate(([True], distinct)))
-            ids, net = ids[starts], np.add.reduceat(net, starts)
-    return ids, net
+    return _sum_equal_neighbours(ids[order], signs[order].astype(np.int64, copy=False))
 
 
 def _counts_of(ids: np.ndarray, counts: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -406,10 +399,15 @@ def _sum_runs(parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarra
     ids = np.concatenate([p[0] for p in parts])
     net = np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False)
     order = np.argsort(ids, kind="stable")
-    ids, net = ids[order], net[order]
+    return _sum_equal_neighbours(ids[order], net[order])
+
+
+def _sum_equal_neighbours(ids: np.ndarray, net: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted ids with their changes as distinct ids with summed changes."""
     if ids.size > 1:
-        starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
-        if starts.size < ids.size:
+        distinct = ids[1:] != ids[:-1]
+        if not distinct.all():
+            starts = np.flatnonzero(np.concatenate(([True], distinct)))
             ids, net = ids[starts], np.add.reduceat(net, starts)
     return ids, net
 
