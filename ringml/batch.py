@@ -199,7 +199,7 @@ class PreparedRows:
 
 # splitmix64's finalizer and a salt per kind of value (see _value_fingerprint_keys)
 _MIX_A, _MIX_B = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-_SALTS = (np.arange(1, 7, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)).astype(np.uint64)
+_SALTS = (np.arange(1, 11, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)).astype(np.uint64)
 
 
 def _mix64(z: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

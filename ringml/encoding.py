@@ -1,13 +1,18 @@
 """Dictionary encoding of column values to dense integer codes, once, at the edge.
 
-Values of any type a user has (ints, floats, strings, dates, booleans) map to codes
-``0, 1, 2, ...`` per variable, shared by every relation in which the variable occurs, so the
-engine joins and groups on int64 arrays only.  Numbers that are equal compare equal across
-types (``1 == 1.0``); NaN is rejected.
+Values of any type a user has (ints, floats, decimals, strings, bytes, booleans, dates, times
+and durations) map to codes ``0, 1, 2, ...`` per variable, shared by every relation in which
+the variable occurs, so the engine joins and groups on int64 arrays only.  Two values get
+one code exactly when Python finds them equal: numbers by value across types (``1 == 1.0
+== Decimal("1")``), never a number and its text (``1 != "1"``), text and bytes
+(``"a" != b"a"``) or a date and its text.  NaN, None and values of other types (tuples,
+lists, ...) are rejected.
 """
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import numbers
 
 import numpy as np
@@ -18,8 +23,14 @@ from .keyindex import KeyIndex
 
 # kinds of values, kept in the key next to the value's 64 bits so kinds never collide;
 # integers beyond int64 (uint64 above 2**63 - 1, big Python ints) are _BIG, keyed by a hash
-# of their digits: equal to each other across column types, never to a wrapped int64
-_INT, _FLOAT, _OTHER, _TIME, _BIG, _DURATION = 0, 1, 2, 3, 4, 5
+# of their digits: equal to each other across column types, never to a wrapped int64.
+# _TIME: tz-naive instants (ns since the epoch), _ZONED: tz-aware ones (their UTC instant:
+# Python never finds a naive and an aware instant equal); _DATE: dates (their ordinal);
+# _DECIMAL: decimals that no int or float equals (their normalized digits)
+_INT, _FLOAT, _TEXT, _TIME, _BIG, _DURATION = 0, 1, 2, 3, 4, 5
+_BYTES, _DATE, _DECIMAL, _ZONED = 6, 7, 8, 9
+#: how values are keyed: a Dictionary pickled under another keying re-keys its values
+_KEYING = 2
 _INT64_MAX = np.iinfo(np.int64).max
 
 
@@ -98,32 +109,109 @@ def _value_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if missing.any():
         i = int(np.flatnonzero(missing)[0])
         raise EncodingError(f"missing value {objects[i]!r} cannot be a key", i, objects[i])
-    keys[:, 0] = _OTHER
-    if infer_dtype(objects, skipna=False) in ("string", "bytes"):  # one C pass: no numbers
+    inferred = infer_dtype(objects, skipna=False)
+    if inferred in ("string", "bytes"):  # one C pass: no numbers
         # the same hashes as categorize=True gives text, 2-6x faster on any number of values
+        keys[:, 0] = _TEXT if inferred == "string" else _BYTES
         keys[:, 1] = pd.util.hash_array(objects, categorize=False).view(np.int64)
         return keys, objects
-    keys[:, 1] = pd.util.hash_array(objects, categorize=True).view(np.int64)
-    # numbers held in an object column are keyed like numeric columns (object 1 == int64 1)
-    real = np.fromiter((isinstance(x, numbers.Real) for x in objects), dtype=bool, count=n)
-    if real.any():
-        integral = np.fromiter((isinstance(x, numbers.Integral) for x in objects), bool, count=n)
-        ints = np.flatnonzero(real & integral)
-        fits = np.asarray([-(2**63) <= int(x) < 2**63 for x in objects[ints]], dtype=bool)
-        if not fits.all():
-            big = ints[~fits]
-            keys[big, 0] = _BIG
-            keys[big, 1] = _big_int_bits(objects[big])
-            ints = ints[fits]
-        for where, dtype in ((ints, np.int64), (np.flatnonzero(real & ~integral), np.float64)):
-            if not where.size:
-                continue
-            try:
-                keys[where] = _value_keys(np.asarray(objects[where].tolist(), dtype=dtype))[0]
-            except EncodingError as error:
-                i = int(where[error.position])
-                raise EncodingError(str(error), i, objects[i]) from None
+    _object_keys(objects, keys)
     return keys, objects
+
+
+def _object_kind(x: object) -> int:
+    """The kind of one value of an object column (-1: a type that cannot be a key)."""
+    if isinstance(x, str):
+        return _TEXT
+    if isinstance(x, numbers.Integral | np.bool_):
+        return _INT
+    if isinstance(x, numbers.Real):
+        return _FLOAT
+    if isinstance(x, bytes):
+        return _BYTES
+    if isinstance(x, decimal.Decimal):
+        return _DECIMAL
+    if isinstance(x, datetime.datetime | np.datetime64):  # pd.Timestamp too
+        return _TIME
+    if isinstance(x, datetime.date):
+        return _DATE
+    if isinstance(x, datetime.timedelta | np.timedelta64):  # pd.Timedelta too
+        return _DURATION
+    return -1
+
+
+def _object_keys(objects: np.ndarray, keys: np.ndarray) -> None:
+    """Fill ``keys`` with the (kind, bits) of an object column's values of any types."""
+    n = objects.size
+    kinds = np.fromiter(map(_object_kind, objects), dtype=np.int64, count=n)
+    if (kinds < 0).any():
+        i = int(np.flatnonzero(kinds < 0)[0])
+        raise EncodingError(
+            f"value {objects[i]!r} of type {type(objects[i]).__name__} cannot be a key (keys "
+            "are numbers, text, bytes, booleans, dates, times and durations)",
+            i,
+            objects[i],
+        )
+    keys[:, 0] = kinds
+    for kind in (_TEXT, _BYTES):
+        rows = np.flatnonzero(kinds == kind)
+        if rows.size:
+            keys[rows, 1] = pd.util.hash_array(objects[rows], categorize=False).view(np.int64)
+    ints = [int(x) for x in objects[kinds == _INT]]
+    int_rows = list(np.flatnonzero(kinds == _INT))
+    floats = [float(x) for x in objects[kinds == _FLOAT]]
+    float_rows = list(np.flatnonzero(kinds == _FLOAT))
+    for i in np.flatnonzero(kinds == _DECIMAL):  # as the int or float equal to it, if any
+        d = objects[i]
+        if not d.is_finite():
+            raise EncodingError(f"value {d!r} cannot be a key", int(i), d)
+        if d == d.to_integral_value():
+            ints.append(int(d))
+            int_rows.append(i)
+        elif decimal.Decimal(float(d)) == d:
+            floats.append(float(d))
+            float_rows.append(i)
+        else:
+            digits = np.array([str(d.normalize())], dtype=object)
+            keys[i, 1] = pd.util.hash_array(digits, categorize=False).view(np.int64)[0]
+    _number_keys(ints, np.asarray(int_rows, dtype=np.int64), keys, objects)
+    if floats:
+        rows = np.asarray(float_rows, dtype=np.int64)
+        try:
+            keys[rows] = _value_keys(np.asarray(floats, dtype=np.float64))[0]
+        except EncodingError as error:
+            i = int(rows[error.position])
+            raise EncodingError(str(error), i, objects[i]) from None
+    for i in np.flatnonzero((kinds == _TIME) | (kinds == _DURATION)):
+        x = objects[i]
+        try:
+            value = pd.Timestamp(x) if kinds[i] == _TIME else pd.Timedelta(x)
+            keys[i, 1] = value.as_unit("ns").value
+        except (OverflowError, ValueError):  # pandas' OutOfBounds errors are ValueErrors
+            raise EncodingError(
+                f"date/time value {x!r} is beyond the nanosecond range (years 1677-2262) and "
+                "cannot be a key",
+                int(i),
+                x,
+            ) from None
+        if kinds[i] == _TIME and value.tzinfo is not None:
+            keys[i, 0] = _ZONED
+    for i in np.flatnonzero(kinds == _DATE):
+        keys[i, 1] = objects[i].toordinal()
+
+
+def _number_keys(ints: list[int], rows: np.ndarray, keys: np.ndarray, objects) -> None:
+    """Keys of Python ints at ``rows``: _INT in int64's range, _BIG beyond it."""
+    if not ints:
+        return
+    fits = np.asarray([-(2**63) <= x < 2**63 for x in ints], dtype=bool)
+    keys[rows, 0] = np.where(fits, _INT, _BIG)
+    if fits.all():
+        keys[rows, 1] = np.asarray(ints, dtype=np.int64)
+        return
+    values = np.asarray(ints, dtype=object)
+    keys[rows[fits], 1] = values[fits].astype(np.int64)
+    keys[rows[~fits], 1] = _big_int_bits(values[~fits])
 
 
 def _as_objects(values: np.ndarray) -> np.ndarray:
@@ -148,6 +236,7 @@ class Dictionary:
         self._store = np.empty(0, dtype=object)
         self._numbers: np.ndarray | None = None  # int64 or float64, the first _counted codes
         self._counted = 0
+        self._keying = _KEYING
 
     def __setstate__(self, state: dict) -> None:
         if "_values" in state:  # pickled before the values grew in place
@@ -157,6 +246,25 @@ class Dictionary:
             state.pop("_numeric", None)
             state["_numbers"], state["_counted"] = None, 0
         self.__dict__.update(state)
+        if state.get("_keying") != _KEYING:
+            self._rekey()
+
+    def _rekey(self) -> None:
+        """Index the known values as they are keyed now (a dictionary pickled under an
+        earlier keying).  Each keeps its code; a value that can no longer be a key, or the
+        later of two that are now one key, is still decoded but found by no lookup."""
+        keys, codes = [], []
+        for code, value in enumerate(self.values):
+            try:
+                keys.append(_value_keys(np.array([value], dtype=object))[0][0])
+            except EncodingError:
+                continue
+            codes.append(code)
+        self._indices = {}
+        if keys:
+            unique, first = np.unique(np.asarray(keys), axis=0, return_index=True)
+            self._index(unique, np.asarray(codes, dtype=np.int64)[first])
+        self._keying = _KEYING
 
     def __len__(self) -> int:
         return self._size
@@ -209,22 +317,26 @@ class Dictionary:
                     fresh, axis=0, return_index=True, return_inverse=True
                 )
             new_codes = np.arange(self._size, self._size + unique_keys.shape[0], dtype=np.int64)
-            for kind in np.unique(unique_keys[:, 0]):
-                rows = np.flatnonzero(unique_keys[:, 0] == kind)
-                index, slot_code = self._indices.get(
-                    int(kind), (KeyIndex(1), np.zeros(0, dtype=np.int64))
-                )
-                slots, _ = index.get_or_insert(unique_keys[rows, 1][:, None])
-                if index.capacity > slot_code.size:
-                    grown = np.full(index.capacity, -1, dtype=np.int64)
-                    grown[: slot_code.size] = slot_code
-                    slot_code = grown
-                slot_code[slots] = new_codes[rows]
-                self._indices[int(kind)] = (index, slot_code)
+            self._index(unique_keys, new_codes)
             positions = np.flatnonzero(unseen)[first]
             self._append(_as_objects(stored[positions]))
             codes[unseen] = new_codes[inverse.ravel()]
         return codes
+
+    def _index(self, unique_keys: np.ndarray, codes: np.ndarray) -> None:
+        """Index distinct (kind, bits) keys not indexed yet under their codes."""
+        for kind in np.unique(unique_keys[:, 0]):
+            rows = np.flatnonzero(unique_keys[:, 0] == kind)
+            index, slot_code = self._indices.get(
+                int(kind), (KeyIndex(1), np.zeros(0, dtype=np.int64))
+            )
+            slots, _ = index.get_or_insert(unique_keys[rows, 1][:, None])
+            if index.capacity > slot_code.size:
+                grown = np.full(index.capacity, -1, dtype=np.int64)
+                grown[: slot_code.size] = slot_code
+                slot_code = grown
+            slot_code[slots] = codes[rows]
+            self._indices[int(kind)] = (index, slot_code)
 
     def _encode_ints(self, values: np.ndarray) -> np.ndarray:
         """``encode`` of integers (or booleans) that fit int64: one lookup, and the unseen

@@ -258,6 +258,9 @@ class Maintainer:
                 column,
                 value,
             ) from None
+        except BaseException:  # a bug or an interrupt: no view keeps part of the batch
+            self._rollback(committed, lift_state)
+            raise
         finally:
             self._journal.clear()
         self.tuples_applied += sum(rows.size for rows in prepared)

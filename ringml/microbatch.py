@@ -27,6 +27,7 @@ the fallback.
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,31 +41,56 @@ from .errors import BatchError, InputTypeError
 
 __all__ = ["Flush", "MicroBatcher"]
 
-#: Python types whose columns are converted directly (what from_records makes of them).
+#: Python types whose columns are converted directly (what pandas makes of them).
 _DIRECT = {int: np.int64, float: np.float64}
+#: integers beyond this magnitude are not all floats: a float column would round them
+_EXACT_IN_FLOAT = 2**53
 
 
-def _column(values: tuple) -> np.ndarray | None:
-    """One column's values typed as ``from_records`` types them, when they are all of one
-    plain type; None otherwise (or for an int beyond int64)."""
+def _column(values: tuple) -> np.ndarray | pd.Series:
+    """One column of buffered rows as ``DataFrame.from_records`` types it (converted
+    directly for one plain type: Python ints that fit int64, floats, str, tz-naive
+    Timestamps), except that integers a float column would round stay objects."""
     kinds = set(map(type, values))
-    if len(kinds) != 1:
-        return None
-    kind = kinds.pop()
-    dtype = _DIRECT.get(kind)
-    if dtype is not None:
-        try:
-            return np.fromiter(values, dtype, len(values))
-        except OverflowError:
-            return None
-    if kind is str:
-        array = np.empty(len(values), dtype=object)
-        array[:] = values
-        return array
-    if kind is pd.Timestamp:
-        index = pd.DatetimeIndex(values)
-        return index.to_numpy() if index.tz is None else None
-    return None
+    if len(kinds) == 1:
+        kind = kinds.pop()
+        dtype = _DIRECT.get(kind)
+        if dtype is not None:
+            try:
+                return np.fromiter(values, dtype, len(values))
+            except OverflowError:  # an int beyond int64
+                pass
+        elif kind is str:
+            array = np.empty(len(values), dtype=object)
+            array[:] = values
+            return array
+        elif kind is pd.Timestamp:
+            index = pd.DatetimeIndex(values)
+            if index.tz is None:
+                return index.to_numpy()
+    column = pd.Series(values)
+    if column.dtype.kind == "f" and any(_rounded(v) for v in values):
+        return pd.Series(values, dtype=object)
+    return column
+
+
+def _rounded(value) -> bool:
+    return isinstance(value, numbers.Integral) and abs(int(value)) > _EXACT_IN_FLOAT
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Frames stacked as ``pd.concat`` stacks them, except that a column it would turn
+    into floats from integers that floats round is stacked as objects."""
+    frame = pd.concat(frames, ignore_index=True)
+    lossy = {
+        c: object
+        for c in frame.columns
+        if frame[c].dtype.kind == "f"
+        and any(f[c].dtype.kind in "iu" and (f[c].abs() > _EXACT_IN_FLOAT).any() for f in frames)
+    }
+    if lossy:
+        frame = pd.concat([f.astype(lossy) for f in frames], ignore_index=True)
+    return frame
 
 
 @dataclass
@@ -170,17 +196,21 @@ class MicroBatcher:
 
     def flush(self) -> Flush:
         """Apply every pending update now (see the module docstring); the buffer is empty
-        afterwards, whatever was rejected."""
+        afterwards, whatever was rejected (an error that is not a rejection is raised, the
+        updates left pending)."""
         pending, self._pending = self._pending, {}
-        report = Flush(rows=self._rows)
+        since, report = self._since, Flush(rows=self._rows)
         self._rows, self._since = 0, None
         if not pending:
             return report
-        batches = [self._batch(relation, p) for relation, p in pending.items()]
         try:
+            batches = [self._batch(relation, p) for relation, p in pending.items()]
             report.deltas.append(self.target.apply(batches))
         except BatchError:
             pass  # nothing changed: find the rejected updates one at a time
+        except BaseException:  # not a rejection (a bug, an interrupt): nothing is dropped
+            self._pending, self._rows, self._since = pending, report.rows, since
+            raise
         else:
             arrivals, ids = [], []
             for p in pending.values():
@@ -303,16 +333,9 @@ class MicroBatcher:
         return tuple(row)
 
     def _frame(self, relation: str, rows: list[tuple]) -> pd.DataFrame:
-        """The rows as a frame, with the dtypes ``DataFrame.from_records`` infers; columns
-        of one plain type (Python ints that fit int64, floats, str, tz-naive Timestamps)
-        are converted directly, a frame with any other column by ``from_records``."""
-        columns = list(self._columns[relation])
-        arrays = []
-        for values in zip(*rows, strict=True):
-            array = _column(values)
-            if array is None:
-                return pd.DataFrame.from_records(rows, columns=columns)
-            arrays.append(array)
+        """The rows as a frame, each column as :func:`_column` types it."""
+        columns = self._columns[relation]
+        arrays = [_column(values) for values in zip(*rows, strict=True)]
         return pd.DataFrame(dict(zip(columns, arrays, strict=True)), copy=False)
 
     def _batch(self, relation: str, pending: _Pending) -> UpdateBatch:
@@ -324,7 +347,7 @@ class MicroBatcher:
         for _, _, frame, batch_signs in pending.batches:
             frames.append(frame)
             signs.append(batch_signs)
-        frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        frame = frames[0] if len(frames) == 1 else _concat(frames)
         return UpdateBatch(relation, frame, np.concatenate(signs))
 
     def _updates(self, relation: str, pending: _Pending):

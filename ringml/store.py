@@ -103,15 +103,19 @@ class ViewStore:
         self._secondary: dict[tuple[int, ...], PartialIndex] = {}
 
     def __getstate__(self) -> dict:
+        # the secondary indexes travel too: rebuilt, they would list a probe's matches in
+        # another order, and a restored store would sum floats in another order
         state = dict(self.__dict__)
-        state["_secondary"] = {}  # secondary indexes are rebuilt by the first probe
+        state["_secondary"] = {}
+        state["_partial_indexes"] = self._secondary
         return state
 
     def __setstate__(self, state: dict) -> None:
         if "support" in state:  # pickled with its own array of derivation counts
             state["_support"] = state.pop("support")
             state["_derived"] = False
-        state["_secondary"] = {}  # (pickles of older versions held them)
+        # pickles of older versions held older secondary indexes (or none): rebuilt on use
+        state["_secondary"] = state.pop("_partial_indexes", {})
         self.__dict__.update(state)
 
     @property

@@ -790,7 +790,7 @@ class WindowedStream:
             for target, batches in zip(self.targets, plan.per_target, strict=True):
                 results.append(target.apply(batches) if batches else None)
                 done.append((target, batches))
-        except RingmlError:
+        except BaseException:  # a rejection, a bug or an interrupt: the targets stay equal
             for target, batches in reversed(done):  # undo: the inverse batches
                 if batches:
                     target.apply(

@@ -183,6 +183,62 @@ def test_frames_keep_the_dtypes_of_from_records():
         pd.testing.assert_frame_equal(got, expected)
 
 
+def test_integers_a_float_column_would_round_keep_their_value():
+    """A column mixing ints and floats became float64 (``from_records``), rounding ints
+    beyond 2**53: the flush then deleted another tuple than the one asked for.  Such a
+    column stays objects, in a row frame and when rows and added batches are stacked."""
+    from ringml.rings.scalar import IntegerRing
+
+    from ringml import Query
+
+    big = 2**62 + 1  # an int64 that no float64 holds
+    query = Query({"R": ["k", "v"]}, IntegerRing(), free=["k"])
+
+    def loaded() -> Maintainer:
+        m = Maintainer(query)
+        m.insert("R", pd.DataFrame({"k": [2**62, big], "v": [1, 1]}))
+        return m
+
+    one_by_one = loaded()
+    one_by_one.delete("R", pd.DataFrame({"k": [big], "v": [1]}))
+    one_by_one.insert("R", pd.DataFrame({"k": [0.5], "v": [1]}))
+    assert one_by_one.result() == {(2**62,): 1, (0.5,): 1}
+    for add_batch in (False, True):
+        m = loaded()
+        batcher = MicroBatcher(m, max_rows=100)
+        batcher.delete("R", (big, 1))
+        if add_batch:  # a float column stacked under the rows' int column
+            batcher.add(UpdateBatch.inserts("R", pd.DataFrame({"k": [0.5], "v": [1]})))
+        else:
+            batcher.insert("R", (0.5, 1))
+        flush = batcher.flush()
+        assert flush.coalesced and not flush.rejected
+        assert m.result() == one_by_one.result()
+    frame = MicroBatcher(loaded())._frame("R", [(big, 1), (0.5, 2)])
+    assert frame["k"].dtype == object and frame["k"].tolist() == [big, 0.5]
+
+
+def test_an_error_that_is_not_a_rejection_leaves_the_updates_pending(monkeypatch):
+    """A flush whose apply fails with anything but a rejection (a bug, an interrupt) raises
+    it and keeps every update pending, where it used to drop them all."""
+    m = maintainer()
+    batcher = MicroBatcher(m, max_rows=100)
+    batcher.insert("S", (1, 2.0, 3.0), id="s")
+    batcher.insert("R", (1, 4.0), id="r")
+    apply = m.apply
+
+    def failing(batches):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(m, "apply", failing)
+    with pytest.raises(RuntimeError, match="boom"):
+        batcher.flush()
+    monkeypatch.setattr(m, "apply", apply)
+    flush = batcher.flush()
+    assert flush.applied == ["s", "r"] and not flush.rejected
+    assert_same(m, oracle({"R": [(1, 4.0)], "S": [(1, 2.0, 3.0)]}))
+
+
 def test_invalid_settings():
     with pytest.raises(ValueError):
         MicroBatcher(maintainer(), max_rows=0)

@@ -65,6 +65,28 @@ def test_updates_subscriptions_and_cancel():
     assert db.table("Orders")["id"].tolist() == [1, 3]
 
 
+def test_an_error_that_is_not_a_rejection_changes_no_view_and_no_table(monkeypatch):
+    """A view failing with any exception (a bug, an interrupt) while a batch propagates
+    leaves the views fed before it, and the tables, as they were."""
+    db = database()
+    first = db.create_view("revenue", REVENUE)
+    second = db.create_view("quantities", "SELECT id, SUM(qty) AS qty FROM Lines GROUP BY id")
+    before = (first.to_pandas(), second.to_pandas(), db.table("Lines"))
+
+    def failing(batches):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(second.maintainer, "apply", failing)
+    with pytest.raises(RuntimeError, match="boom"):
+        db.insert("Lines", {"id": [2], "price": [4.0], "qty": [2]})
+    monkeypatch.undo()
+    after = (first.to_pandas(), second.to_pandas(), db.table("Lines"))
+    for now, then in zip(after, before, strict=True):
+        pd.testing.assert_frame_equal(now, then)
+    db.insert("Lines", {"id": [2], "price": [4.0], "qty": [2]})
+    assert first.to_pandas()["revenue"].tolist() == [14.0, 13.0]
+
+
 def test_a_view_created_after_the_data_starts_from_it_and_views_can_be_dropped():
     db = database()
     db.apply(

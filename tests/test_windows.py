@@ -941,6 +941,27 @@ def test_a_rejected_first_batch_does_not_fix_the_kind_of_event_time():
     assert as_plain(view.result()) == {("a",): (2.0, 1)}
 
 
+def test_an_error_that_is_not_a_rejection_leaves_every_target_unchanged(monkeypatch):
+    """When a later target fails with any exception (not only a ringml error), the targets
+    already applied are undone: the stream's targets never disagree."""
+    count = Maintainer(Query({"S": ["ts", "k"]}, IntegerRing()))
+    by_tag = Maintainer(Query({"S": ["ts", "k", "tag"]}, IntegerRing(), free=["tag"]))
+    table = StreamTable("ts", partition=10, window="RANGE 20")
+    stream = WindowedStream([count, by_tag], {"S": table})
+    stream.insert("S", pd.DataFrame({"ts": [1.0], "k": [1], "tag": ["a"]}))
+
+    def failing(batches):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(by_tag, "apply", failing)
+    with pytest.raises(RuntimeError, match="boom"):
+        stream.insert("S", pd.DataFrame({"ts": [2.0], "k": [2], "tag": ["b"]}))
+    assert count.result() == 1
+    monkeypatch.undo()
+    stream.insert("S", pd.DataFrame({"ts": [2.0], "k": [2], "tag": ["b"]}))
+    assert count.result() == 2 and by_tag.result() == {("a",): 1, ("b",): 1}
+
+
 def test_datetime_partitions_and_watermarks_are_exact_to_the_nanosecond():
     view = Maintainer(sum_count_query())
     stream = WindowedStream(view, {"S": StreamTable("ts", "1ms", "RANGE 2ms")}, lateness="1ms")

@@ -631,7 +631,7 @@ class View:
                 applied.append((self.maintainer, batches))
             if self._result is not None:
                 self._refresh(changed, before)
-        except RingmlError:
+        except BaseException:
             _undo(applied)
             self._invalidate()
             raise
@@ -922,11 +922,11 @@ class Database:
         try:
             for view in touched:
                 applied.extend(view._apply(typed))
-        except RingmlError as error:
+        except BaseException as error:  # a rejection, a bug or an interrupt: no view changes
             _undo(applied)
             for view in touched:
                 view._invalidate()
-            if isinstance(error, BatchError):
+            if isinstance(error, BatchError) or not isinstance(error, RingmlError):
                 raise
             raise BatchError(str(error)) from error
         return touched, before
