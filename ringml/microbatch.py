@@ -27,7 +27,6 @@ the fallback.
 
 from __future__ import annotations
 
-import numbers
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .batch import UpdateBatch
+from .batch import EXACT_IN_FLOAT, UpdateBatch, rounds_in_float
 from .delta import ResultDelta
 from .errors import BatchError, InputTypeError
 
@@ -43,8 +42,6 @@ __all__ = ["Flush", "MicroBatcher"]
 
 #: Python types whose columns are converted directly (what pandas makes of them).
 _DIRECT = {int: np.int64, float: np.float64}
-#: integers beyond this magnitude are not all floats: a float column would round them
-_EXACT_IN_FLOAT = 2**53
 
 
 def _column(values: tuple) -> np.ndarray | pd.Series:
@@ -69,13 +66,9 @@ def _column(values: tuple) -> np.ndarray | pd.Series:
             if index.tz is None:
                 return index.to_numpy()
     column = pd.Series(values)
-    if column.dtype.kind == "f" and any(_rounded(v) for v in values):
+    if column.dtype.kind == "f" and any(map(rounds_in_float, values)):
         return pd.Series(values, dtype=object)
     return column
-
-
-def _rounded(value) -> bool:
-    return isinstance(value, numbers.Integral) and abs(int(value)) > _EXACT_IN_FLOAT
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -86,7 +79,7 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
         c: object
         for c in frame.columns
         if frame[c].dtype.kind == "f"
-        and any(f[c].dtype.kind in "iu" and (f[c].abs() > _EXACT_IN_FLOAT).any() for f in frames)
+        and any(f[c].dtype.kind in "iu" and (f[c].abs() > EXACT_IN_FLOAT).any() for f in frames)
     }
     if lossy:
         frame = pd.concat([f.astype(lossy) for f in frames], ignore_index=True)

@@ -811,8 +811,21 @@ class ProductRing(Ring):
             r.restore_lift_state(s)
 
     def batch_scatter_add(self, target: tuple, slots: np.ndarray, values: tuple) -> tuple:
+        """Componentwise, all or nothing: when a component refuses (e.g. an int64
+        overflow), the components already added get their rows back."""
         t, v = self._b(target), self._b(values)
-        return tuple(r.batch_scatter_add(t[i], slots, v[i]) for i, r in enumerate(self.rings))
+        out: list = []
+        saved: list = []
+        try:
+            for i, r in enumerate(self.rings):
+                if i < len(self.rings) - 1:
+                    saved.append(r.batch_take(t[i], slots))
+                out.append(r.batch_scatter_add(t[i], slots, v[i]))
+        except RingError:
+            for r, part, rows in zip(self.rings, out, saved, strict=False):
+                r.batch_scatter_add(r.batch_clear(part, slots), slots, rows)
+            raise
+        return tuple(out)
 
     def batch_clear(self, target: tuple, slots: np.ndarray) -> tuple:
         return self._map("batch_clear", target, slots=slots)

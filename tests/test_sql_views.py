@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ringml import UpdateBatch
+from ringml.errors import BatchError
 from ringml.sql import Database
 
 SCHEMA = """
@@ -85,6 +86,44 @@ def test_an_error_that_is_not_a_rejection_changes_no_view_and_no_table(monkeypat
         pd.testing.assert_frame_equal(now, then)
     db.insert("Lines", {"id": [2], "price": [4.0], "qty": [2]})
     assert first.to_pandas()["revenue"].tolist() == [14.0, 13.0]
+
+
+@pytest.mark.parametrize("strategy", ["fivm", "first_order", "higher_order", "recompute"])
+def test_a_batch_rejected_for_overflow_leaves_every_aggregate_of_the_view(strategy):
+    """SUM overflowing BIGINT rejects the batch; COUNT, in the same product payload, used to
+    keep the rejected row (its component was added before SUM's refused)."""
+    db = Database("CREATE TABLE T (a BIGINT, c BIGINT);")
+    db.insert("T", {"a": [1], "c": [2**62]})
+    view = db.create_view(
+        "v", "SELECT a, COUNT(*) AS n, SUM(c) AS s FROM T GROUP BY a", strategy=strategy
+    )
+    with pytest.raises(BatchError):
+        db.insert("T", {"a": [1], "c": [2**62]})
+    assert view.to_pandas().values.tolist() == [[1, 1, 2**62]]
+    db.update("T", {"a": [1], "c": [2**62]}, {"a": [1], "c": [5]})
+    assert view.to_pandas().values.tolist() == [[1, 1, 5]]
+
+
+def test_empty_batches_of_any_column_type_change_nothing():
+    db = Database("CREATE TABLE R (a BIGINT, s VARCHAR, d DATE, f BOOLEAN, x DOUBLE);")
+    view = db.create_view("v", "SELECT s, COUNT(*) AS n FROM R GROUP BY s")
+    db.insert("R", {"a": [1], "s": ["x"], "d": ["2020-01-01"], "f": [True], "x": [1.5]})
+    db.insert("R", {"a": [], "s": [], "d": [], "f": [], "x": []})
+    db.delete("R", {"a": [], "s": [], "d": [], "f": [], "x": []})
+    assert view.to_pandas().values.tolist() == [["x", 1]] and len(db.table("R")) == 1
+
+
+def test_bigint_columns_mixing_ints_and_floats_keep_every_integer_exact():
+    """[2**53 + 1, 2.0] used to become float64 on its way to BIGINT (2**53 + 1 -> 2**53)."""
+    db = Database("CREATE TABLE R (a BIGINT);")
+    view = db.create_view("v", "SELECT a, COUNT(*) AS n FROM R GROUP BY a ORDER BY a")
+    db.insert("R", {"a": [2**53 + 1, 2.0]})
+    db.insert("R", {"a": np.array([2**62 + 1, 3.0], dtype=object)})
+    assert view.to_pandas()["a"].tolist() == [2, 3, 2**53 + 1, 2**62 + 1]
+    db.delete("R", {"a": [2**53 + 1, 2**62 + 1]})
+    assert view.to_pandas()["a"].tolist() == [2, 3]
+    with pytest.raises(BatchError, match="not an integer"):
+        db.insert("R", {"a": [2**53 + 1, 2.5]})
 
 
 def test_a_view_created_after_the_data_starts_from_it_and_views_can_be_dropped():

@@ -168,6 +168,15 @@ def _reject(table: str, column: str, kind: str, values: np.ndarray, bad: np.ndar
     )
 
 
+#: per kind, the dtype of its typed columns
+_EMPTY = {
+    "int": np.int64,
+    "float": np.float64,
+    "str": object,
+    "date": "datetime64[ns]",
+    "bool": bool,
+}
+
 #: per kind, what ``infer_dtype(skipna=False)`` says of an object column that holds no NULL
 _CLEAN = {"int": "integer", "str": "string", "bool": "boolean"}
 
@@ -195,6 +204,8 @@ def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:
     else:
         values = np.asarray(series)
     n = values.shape[0]
+    if n == 0:  # an empty batch (its column may have any dtype): nothing to check
+        return np.empty(0, dtype=_EMPTY[kind])
     kind_of = values.dtype.kind
     inferred = infer_dtype(values, skipna=False) if kind_of == "O" else None
     if kind_of == "O" and n and inferred != _CLEAN.get(kind):  # clean: no NULL possible
@@ -216,10 +227,15 @@ def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:
         if kind_of == "f" or inferred in ("floating", "mixed-integer-float", "decimal"):
             as_float = values.astype(np.float64)
             bad = ~np.isfinite(as_float) | (as_float != np.round(as_float))
+            if kind_of == "O" and not bad.any():  # each value itself: floats round 2**53 + 1
+                bad = np.asarray([int(v) != v for v in values.tolist()], dtype=bool)
             if bad.any():
                 _reject(table, column, kind, values, bad, "is not an integer")
-            return as_float.astype(np.int64)
-        if inferred in ("integer", "empty") or (kind_of == "O" and n == 0):
+            if kind_of == "f":
+                return as_float.astype(np.int64)
+            values = np.asarray([int(v) for v in values.tolist()], dtype=object)
+            inferred = "integer"
+        if inferred in ("integer", "empty"):
             try:
                 return np.asarray(values.tolist(), dtype=np.int64).reshape(n)
             except OverflowError:
