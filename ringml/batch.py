@@ -93,15 +93,16 @@ _ROWS_EXPECTED = (
 EXACT_IN_FLOAT = 2**53
 
 
-def rounds_in_float(value) -> bool:
+def _rounds_in_float(value) -> bool:
     """An integer that a float column would round."""
     return isinstance(value, numbers.Integral) and abs(int(value)) > EXACT_IN_FLOAT
 
 
-def _unrounded(values):
-    """A list column mixing ints and floats as objects when pandas would round its ints."""
-    if isinstance(values, list | tuple) and any(map(rounds_in_float, values)):
-        if any(isinstance(v, float) for v in values):
+def exact_column(values):
+    """A list column mixing ints and other numbers as objects when pandas would make floats
+    of it that round its ints; the values as they are otherwise."""
+    if isinstance(values, list | tuple) and any(map(_rounds_in_float, values)):
+        if any(isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral) for v in values):
             array = np.empty(len(values), dtype=object)
             array[:] = values
             return array
@@ -134,7 +135,7 @@ def as_frame(rows: object, relation: str = "?") -> pd.DataFrame:
                     f"column, but column {column!r} holds the scalar {values!r} (wrap single "
                     f"rows in lists)"
                 )
-        rows = {column: _unrounded(values) for column, values in rows.items()}
+        rows = {column: exact_column(values) for column, values in rows.items()}
     try:
         return pd.DataFrame(rows)
     except (TypeError, ValueError) as error:

@@ -174,7 +174,7 @@ def _object_keys(objects: np.ndarray, keys: np.ndarray) -> None:
         else:
             digits = np.array([str(d.normalize())], dtype=object)
             keys[i, 1] = pd.util.hash_array(digits, categorize=False).view(np.int64)[0]
-    _number_keys(ints, np.asarray(int_rows, dtype=np.int64), keys, objects)
+    _number_keys(ints, np.asarray(int_rows, dtype=np.int64), keys)
     if floats:
         rows = np.asarray(float_rows, dtype=np.int64)
         try:
@@ -200,7 +200,7 @@ def _object_keys(objects: np.ndarray, keys: np.ndarray) -> None:
         keys[i, 1] = objects[i].toordinal()
 
 
-def _number_keys(ints: list[int], rows: np.ndarray, keys: np.ndarray, objects) -> None:
+def _number_keys(ints: list[int], rows: np.ndarray, keys: np.ndarray) -> None:
     """Keys of Python ints at ``rows``: _INT in int64's range, _BIG beyond it."""
     if not ints:
         return

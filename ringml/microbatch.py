@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .batch import EXACT_IN_FLOAT, UpdateBatch, rounds_in_float
+from .batch import EXACT_IN_FLOAT, UpdateBatch, exact_column
 from .delta import ResultDelta
 from .errors import BatchError, InputTypeError
 
@@ -65,10 +65,7 @@ def _column(values: tuple) -> np.ndarray | pd.Series:
             index = pd.DatetimeIndex(values)
             if index.tz is None:
                 return index.to_numpy()
-    column = pd.Series(values)
-    if column.dtype.kind == "f" and any(map(rounds_in_float, values)):
-        return pd.Series(values, dtype=object)
-    return column
+    return pd.Series(exact_column(values))
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
