@@ -131,10 +131,10 @@ class Maintainer:
         self._loading = True
         self._journal: list = []  # additions of the batch being applied, to undo on failure
         # compensated sums where they change the result: the root, which adds up every
-        # change; a view below it sums per key few changes of shifted values, exactly
-        # enough in plain float64 (and a key's payload is reset when its count reaches 0)
+        # change, and every store of rings whose inner sums need it (Ring.plain_inner_sums)
+        inner, root = not self.ring.plain_inner_sums, self.plan.root
         self._stores: dict[int, ViewStore] = {
-            i: ViewStore(self.plan.views[i].keys, self.ring, self._journal, i == self.plan.root)
+            i: ViewStore(self.plan.views[i].keys, self.ring, self._journal, inner or i == root)
             for i in self.plan.stored(loading=True)
         }
         self._runs: dict[str, tuple] = {}  # per atom: its leaf store and steps' stores

@@ -305,10 +305,25 @@ class Ring(ABC, Generic[E, B]):
     def restore_lift_state(self, state: Any) -> None:
         """Undo what lifting fixed since :meth:`lift_state` returned ``state``."""
 
+    #: A store below the root may sum this ring's payloads without compensation (exact
+    #: rings; covariance rings, whose lifted values are shifted near zero and whose keys
+    #: are reset when their count reaches 0).  False: every store compensates (ℝ's SUM
+    #: of arbitrary values, where one huge value inserted and deleted absorbs the rest).
+    plain_inner_sums: bool = True
+
     def batch_accumulator(self, n: int, compensated: bool = True) -> B:
         """A zero batch meant to be accumulated into; floating rings add compensation unless
         ``compensated=False`` (stores whose per-key sums stay small skip its cost)."""
         return self.batch_zeros(n)
+
+    def batch_rows(self, target: B, slots: np.ndarray) -> B:
+        """The rows of an accumulator at ``slots`` as stored (compensation included), for
+        :meth:`batch_put_rows` to put back exactly."""
+        return self.batch_take(target, slots)
+
+    def batch_put_rows(self, target: B, slots: np.ndarray, rows: B) -> B:
+        """Overwrite ``target[slots]`` with rows saved by :meth:`batch_rows`."""
+        return self.batch_scatter_add(self.batch_clear(target, slots), slots, rows)
 
     def batch_scatter_add(self, target: B, slots: np.ndarray, values: B) -> B:
         """``target[slots] += values`` for unique ``slots``; in place where possible."""

@@ -463,10 +463,17 @@ class RealRing(_NumericRing):
     NaN and ±inf raise :class:`RingError`).  :meth:`equal` compares within
     ``atol + rtol * |b|``; :meth:`batch_is_negligible` is ``|x| <= 1e-12`` (absolute, the
     engine's threshold for dropping keys whose payload cancelled up to rounding).
+
+    Stores accumulate into a compensated accumulator (:meth:`batch_accumulator`): an
+    ``(n, 2)`` array of sums and their TwoSum rounding errors, read folded (``sum + error``)
+    by :meth:`batch_take`, so that inserting and deleting a huge value gives back the small
+    ones it absorbed.  An addition whose sum leaves the finite range raises
+    :class:`RingError` and changes nothing.
     """
 
     name = "real"
     dtype = np.dtype(np.float64)
+    plain_inner_sums = False
 
     def zero(self) -> float:
         return 0.0
@@ -515,9 +522,6 @@ class RealRing(_NumericRing):
             raise RingError(f"{self!r}: payloads must be real numbers, got dtype {v.dtype}")
         return v.astype(np.float64).reshape(-1)
 
-    def batch_to_list(self, batch: np.ndarray) -> list[float]:
-        return self._arr(batch).tolist()
-
     def batch_add(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         a, b = self._pair(a, b)
         return a + b
@@ -559,13 +563,96 @@ class RealRing(_NumericRing):
             return np.asarray([product.sum()], dtype=np.float64)
         return self.batch_sum_by(product, groups, n_groups)
 
-    def batch_scatter_add(self, target: np.ndarray, slots: np.ndarray, values: np.ndarray):
-        target, values = self._arr(target), self._arr(values)
-        target[np.asarray(slots, dtype=np.int64)] += values
-        return target
+    # ---- accumulators: a plain batch, or (n, 2) rows of a sum and its rounding error
+    def batch_accumulator(self, n: int, compensated: bool = True) -> np.ndarray:
+        return np.zeros((n, 2) if compensated else n, dtype=np.float64)
+
+    @staticmethod
+    def _is_compensated(a: Any) -> bool:
+        return isinstance(a, np.ndarray) and a.ndim == 2
+
+    def _stored(self, a: Any) -> np.ndarray:
+        """A batch, or an accumulator's sums with their errors folded in."""
+        if self._is_compensated(a):
+            if a.dtype != self.dtype or a.shape[1] != 2:
+                raise RingError(f"{self!r}: expected an (n, 2) float64 accumulator")
+            return a[:, 0] + a[:, 1]
+        return self._arr(a)
+
+    def batch_len(self, batch: np.ndarray) -> int:
+        return len(batch) if self._is_compensated(batch) else len(self._arr(batch))
+
+    def batch_take(self, batch: np.ndarray, index: np.ndarray) -> np.ndarray:
+        index = np.asarray(index, dtype=np.int64)
+        if self._is_compensated(batch):
+            return self._stored(batch[index])
+        return self._arr(batch)[index]
+
+    def batch_to_list(self, batch: np.ndarray) -> list[float]:
+        return self._stored(batch).tolist()
+
+    def batch_to_bytes(self, batch: np.ndarray) -> bytes:
+        return super().batch_to_bytes(self._stored(batch))
+
+    def batch_is_zero(self, a: np.ndarray) -> np.ndarray:
+        return self._stored(a) == 0
 
     def batch_is_negligible(self, a: np.ndarray) -> np.ndarray:
-        return np.abs(self._arr(a)) <= NEGLIGIBLE
+        return np.abs(self._stored(a)) <= NEGLIGIBLE
+
+    def batch_clear(self, target: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        if not self._is_compensated(target):
+            return super().batch_clear(target, slots)
+        target[np.asarray(slots, dtype=np.int64)] = 0.0
+        return target
+
+    def batch_resize(self, batch: np.ndarray, n: int) -> np.ndarray:
+        if not self._is_compensated(batch):
+            return super().batch_resize(batch, n)
+        out = np.zeros((n, 2), dtype=np.float64)
+        m = min(n, len(batch))
+        out[:m] = batch[:m]
+        return out
+
+    def batch_rows(self, target: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        return target[np.asarray(slots, dtype=np.int64)].copy()
+
+    def batch_put_rows(self, target: np.ndarray, slots: np.ndarray, rows: np.ndarray):
+        target[np.asarray(slots, dtype=np.int64)] = rows
+        return target
+
+    def batch_scatter_add(self, target: np.ndarray, slots: np.ndarray, values: np.ndarray):
+        """``target[slots] += values`` (TwoSum into a compensated accumulator); a sum leaving
+        the finite range raises :class:`RingError` before anything is written."""
+        values = self._arr(values)
+        slots = np.asarray(slots, dtype=np.int64)
+        if not self._is_compensated(target):
+            with np.errstate(over="ignore", invalid="ignore"):
+                rows = self._arr(target)[slots] + values
+            _check_finite_sums(self, rows)
+            target[slots] = rows
+            return target
+        if target.dtype != self.dtype or target.shape[1] != 2:
+            raise RingError(f"{self!r}: expected an (n, 2) float64 accumulator")
+        rows = target[slots]
+        hi = rows[:, 0]
+        with np.errstate(over="ignore", invalid="ignore"):
+            s = hi + values
+        _check_finite_sums(self, s)
+        bb = s - hi
+        err = (hi - (s - bb)) + (values - bb)  # TwoSum: s + err == hi + values exactly
+        rows[:, 0] = s
+        rows[:, 1] += err
+        target[slots] = rows
+        return target
+
+
+def _check_finite_sums(ring: Ring, sums: np.ndarray) -> None:
+    if not np.isfinite(sums).all():
+        raise RingError(
+            f"{ring!r}: float64 overflow: a sum leaves the finite range "
+            f"(first non-finite sum {float(sums[~np.isfinite(sums)][0])!r})"
+        )
 
 
 # --------------------------------------------------------------------------------- product
@@ -800,8 +887,21 @@ class ProductRing(Ring):
             for r in self.rings
         )
 
+    @property
+    def plain_inner_sums(self) -> bool:  # type: ignore[override]
+        return all(r.plain_inner_sums for r in self.rings)
+
     def batch_accumulator(self, n: int, compensated: bool = True) -> tuple:
         return tuple(r.batch_accumulator(n, compensated) for r in self.rings)
+
+    def batch_rows(self, target: tuple, slots: np.ndarray) -> tuple:
+        return self._map("batch_rows", target, slots=slots)
+
+    def batch_put_rows(self, target: tuple, slots: np.ndarray, rows: tuple) -> tuple:
+        return tuple(
+            r.batch_put_rows(t, slots, b)
+            for r, t, b in zip(self.rings, self._b(target), self._b(rows), strict=True)
+        )
 
     def lift_state(self) -> tuple:
         return tuple(r.lift_state() for r in self.rings)
@@ -819,11 +919,11 @@ class ProductRing(Ring):
         try:
             for i, r in enumerate(self.rings):
                 if i < len(self.rings) - 1:
-                    saved.append(r.batch_take(t[i], slots))
+                    saved.append(r.batch_rows(t[i], slots))
                 out.append(r.batch_scatter_add(t[i], slots, v[i]))
         except RingError:
             for r, part, rows in zip(self.rings, out, saved, strict=False):
-                r.batch_scatter_add(r.batch_clear(part, slots), slots, rows)
+                r.batch_put_rows(part, slots, rows)
             raise
         return tuple(out)
 

@@ -178,6 +178,42 @@ pairs = st.tuples(exact_floats, big_ints)
 small_pairs = st.tuples(exact_floats, small_ints)
 
 
+def test_real_accumulators_are_compensated_and_refuse_non_finite_sums():
+    """TwoSum rows (sum, error): a huge value added and taken back gives back the small
+    ones; a sum leaving the finite range raises before anything is written."""
+    r = RealRing()
+    acc = r.batch_accumulator(3)
+    slots = np.array([0, 2])
+    for values in ([13.0, 1.0], [0.05, 1e-17], [1e20, 1e16], [-1e20, -1e16]):
+        acc = r.batch_scatter_add(acc, slots, np.array(values))
+    assert r.batch_take(acc, slots).tolist() == [13.0 + 0.05, 1.0 + 1e-17]
+    assert r.batch_len(acc) == 3 and r.batch_is_zero(acc).tolist() == [False, True, False]
+    before = acc.copy()
+    with pytest.raises(RingError, match="overflow"):
+        r.batch_scatter_add(acc, slots, np.array([1.0, 1.8e308]))
+    assert np.array_equal(acc, before)
+    grown = r.batch_resize(acc, 5)
+    assert r.batch_to_list(grown) == [13.0 + 0.05, 0.0, 1.0 + 1e-17, 0.0, 0.0]
+    plain = r.batch_accumulator(2, compensated=False)
+    plain = r.batch_scatter_add(plain, np.array([0, 1]), np.array([1e308, 1.0]))
+    with pytest.raises(RingError, match="overflow"):
+        r.batch_scatter_add(plain, np.array([0, 1]), np.array([1e308, 1.0]))
+    assert plain.tolist() == [1e308, 1.0]
+
+
+def test_a_product_refused_by_one_component_puts_back_the_others_rows_exactly():
+    ring = ProductRing(RealRing(), IntegerRing())
+    acc = ring.batch_accumulator(2)
+    acc = ring.batch_scatter_add(acc, np.array([0, 1]), (np.array([1e16, 3.0]), np.array([1, 1])))
+    acc = ring.batch_scatter_add(acc, np.array([0]), (np.array([0.75]), np.array([1])))
+    before = tuple(a.copy() for a in acc)
+    with pytest.raises(RingError, match="overflow"):
+        ring.batch_scatter_add(
+            acc, np.array([0, 1]), (np.array([0.3, 0.1]), np.array([1, 2**63 - 1]))
+        )
+    assert all(np.array_equal(a, b) for a, b in zip(acc, before, strict=True))
+
+
 @SETTINGS
 @given(pairs, pairs, pairs)
 def test_product_axioms(a, b, c):
