@@ -27,7 +27,9 @@ class Groups:
     nobody reads pays nothing for it.
     """
 
-    __slots__ = ("free", "ring", "_decoder", "_codes", "_payload", "_support", "_settled")
+    __slots__ = (
+        "free", "ring", "_decoder", "_codes", "_payload", "_support", "_previous", "_settled"
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -38,13 +40,16 @@ class Groups:
         ring: Ring,
         decoder: Callable[[str, np.ndarray], np.ndarray],
         prune: bool = False,
+        previous: object | None = None,
     ) -> None:
         """``prune``: drop, when first read, the groups whose payload and count are zero
-        (the cancelled changes of a delta)."""
+        (the cancelled changes of a delta); ``previous``: a delta's groups' payloads before
+        the change (see :attr:`previous`)."""
         self.free = free
         self.ring = ring
         self._decoder = decoder
         self._codes, self._payload, self._support = codes, payload, support
+        self._previous = previous
         self._settled = not prune
 
     def _settle(self) -> None:
@@ -61,6 +66,8 @@ class Groups:
             self._codes = self._codes[keep]
             self._payload = self.ring.batch_take(self._payload, keep)
             self._support = None if self._support is None else self._support[keep]
+            if self._previous is not None:
+                self._previous = self.ring.batch_take(self._previous, keep)
 
     @property
     def codes(self) -> np.ndarray:
@@ -79,6 +86,13 @@ class Groups:
         """The changes of the groups' derivation counts."""
         self._settle()
         return self._support
+
+    @property
+    def previous(self) -> object | None:
+        """A delta's groups' payloads before the apply (zero for new groups), exactly as
+        they were read; None unless the maintainer :attr:`~Maintainer.keep_previous`."""
+        self._settle()
+        return self._previous
 
     def __len__(self) -> int:
         return self.codes.shape[0]

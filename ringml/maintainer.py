@@ -68,7 +68,14 @@ class Maintainer:
     by fingerprint).  ``trust_deletes=True`` skips that check for a caller that already
     made it (e.g. a SQL database feeding several views) and keeps exact derivation counts;
     ``allow_absent_deletes=True`` gives plain ring semantics (no check, no counts).
+
+    With :attr:`keep_previous` set, the change an apply returns also holds each changed
+    group's payload before it (:attr:`Groups.previous`): the row a subscriber saw, exactly
+    (``now - change`` can differ from it by rounding).
     """
+
+    #: Record the changed groups' payloads before each apply (see the class docstring).
+    keep_previous: bool = False
 
     def __init__(
         self,
@@ -237,6 +244,10 @@ class Maintainer:
         before = self._root_contents() if self.plan.recompute else None
         roots: list[ops.Rows] = []
         self._journal.clear()
+        root_store = self._stores.get(self.plan.root)
+        previous = [] if self.keep_previous and root_store is not None else None
+        if before is None and root_store is not None:
+            root_store.previous = previous  # each root addition records the rows it changes
         try:
             for rows in prepared:
                 self._preparer.commit(rows)
@@ -263,6 +274,8 @@ class Maintainer:
             raise
         finally:
             self._journal.clear()
+            if root_store is not None:
+                root_store.previous = None
         self.tuples_applied += sum(rows.size for rows in prepared)
         self.batches_applied += 1
         if before is not None:
@@ -271,7 +284,10 @@ class Maintainer:
                 before.codes, {}, self.ring.batch_neg(before.payload), None,
                 None if before.support is None else -before.support,
             )  # fmt: skip
-        return self._publish(roots)
+            if previous is not None:  # a group absent before was zero
+                after = self.ring.batch_len(roots[1].payload)
+                previous = [before.payload, self.ring.batch_zeros(after)]
+        return self._publish(roots, previous)
 
     def _prepare_all(self, batches: Sequence[UpdateBatch]) -> list[PreparedRows]:
         prepared = []
@@ -729,13 +745,15 @@ class Maintainer:
     def _has_result_deltas(self) -> bool:
         return not (isinstance(self.tree, NuTree) and self.query.free and self.strategy == "fivm")
 
-    def _publish(self, roots: list[ops.Rows]) -> ResultDelta | None:
-        """The root deltas of one apply summed per group, handed to the subscribers."""
+    def _publish(self, roots: list[ops.Rows], previous: list | None) -> ResultDelta | None:
+        """The root deltas of one apply summed per group, handed to the subscribers;
+        ``previous``: per root delta, the root's payloads at its groups before it."""
         if not self._has_result_deltas():
             return None
         root = self.plan.views[self.plan.root]
         free = tuple(self.query.free)
         ring = self.ring
+        first = None
         if not roots:
             support = np.zeros(0, dtype=np.int64) if self._ctx.track_support else None
             codes, payload = np.zeros((0, len(free)), np.int64), ring.batch_zeros(0)
@@ -746,16 +764,21 @@ class Maintainer:
             else:
                 codes = np.zeros((ring.batch_len(payload), 0), dtype=np.int64)
         else:
-            codes, payload, support = self._combine(root.keys, roots)
+            codes, payload, support, first = self._combine(root.keys, roots)
             codes = codes[:, [root.keys.index(v) for v in free]]
-        delta = ResultDelta(free, codes, payload, support, ring, self.decode, prune=True)
+        if previous is not None:  # a group's payload before its first change
+            previous = ring.batch_concat(previous) if previous else ring.batch_zeros(0)
+            previous = previous if first is None else ring.batch_take(previous, first)
+        delta = ResultDelta(
+            free, codes, payload, support, ring, self.decode, prune=True, previous=previous
+        )
         if self._subscribers and delta:
             for callback in list(self._subscribers):
                 callback(delta)
         return delta
 
     def _combine(self, keys: tuple[str, ...], roots: list[ops.Rows]):
-        """Several deltas of the root, summed per key."""
+        """Several deltas of the root, summed per key; also each key's first row."""
         ring = self.ring
         payload = ring.batch_concat([r.payload for r in roots])
         n = ring.batch_len(payload)
@@ -767,7 +790,9 @@ class Maintainer:
         support = None
         if all(r.support is not None for r in roots):
             support = ops.group_sum(np.concatenate([r.support for r in roots]), groups, len(unique))
-        return unique, ring.batch_sum_by(payload, groups, len(unique)), support
+        first = np.full(len(unique), n, dtype=np.int64)
+        np.minimum.at(first, groups, np.arange(n, dtype=np.int64))
+        return unique, ring.batch_sum_by(payload, groups, len(unique)), support, first
 
 
 def _cross_product(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:

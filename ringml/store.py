@@ -80,6 +80,9 @@ def group_codes(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
 class ViewStore:
     """A keyed relation over a ring (a materialized view or a stored base relation)."""
 
+    #: When a list, each addition appends the payloads it is about to change.
+    previous: list | None = None
+
     def __init__(
         self,
         keys: tuple[str, ...],
@@ -158,6 +161,8 @@ class ViewStore:
             return
         slots, new = self.index.get_or_insert(self._codes(codes))
         self._fit_capacity()
+        if self.previous is not None:
+            self.previous.append(self.ring.batch_take(self.payload, slots))
         # compensated sums subtract back exactly; plain ones keep the rows they overwrite
         # (x + d - d need not be x in float64: a huge d absorbs x)
         saving = self.journal is not None and not self.compensated

@@ -287,6 +287,8 @@ class View:
                 updatable=[a.alias for a in plan.atoms if a.table not in self.static],
             )
         )
+        # diffs retract the rows as they were read, not now minus the change (rounding)
+        self.maintainer.keep_previous = True
         self._subscribers: list[Subscription] = []
         self._by_table: dict[str, list[AtomPlan]] = {}
         for atom in plan.atoms:
@@ -542,7 +544,10 @@ class View:
             return row_changes(self._empty, self._empty)
         current = self.maintainer.groups(at=delta.codes)  # zero where a group is gone
         now = _parts(current.payload)
-        then = [part - moved for part, moved in zip(now, _parts(delta.payload), strict=True)]
+        if delta.previous is not None:
+            then = _parts(delta.previous)
+        else:  # a delta of a maintainer that did not keep them (e.g. unpickled, older)
+            then = [part - moved for part, moved in zip(now, _parts(delta.payload), strict=True)]
         keys = delta.columns()
         rows = []
         for parts in (then, now):
