@@ -102,7 +102,17 @@ def _value_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # instants and durations are different kinds: 1 ns after the epoch is not 1 ns
         keys[:, 0] = _TIME if kind == "M" else _DURATION
         unit = "datetime64[ns]" if kind == "M" else "timedelta64[ns]"
-        keys[:, 1] = values.astype(unit).view(np.int64)
+        nanoseconds = values.astype(unit)
+        wrapped = nanoseconds.astype(values.dtype) != values  # numpy casts out of range silently
+        if wrapped.any():
+            i = int(np.flatnonzero(wrapped)[0])
+            raise EncodingError(
+                f"value {values[i]!r} is outside the range of nanosecond times (1677 to 2262) "
+                "that keys hold",
+                i,
+                values[i],
+            )
+        keys[:, 1] = nanoseconds.view(np.int64)
         return keys, values
     objects = values.astype(object)
     missing = pd.isna(objects)

@@ -161,7 +161,7 @@ def test_an_absent_delete_rejects_the_whole_atomic_batch(loaded):
             ]
         )
     assert_unchanged(before, snapshot(db))
-    with pytest.raises(BatchError, match="not present"):  # one row, deleted twice
+    with pytest.raises(BatchError, match=r"2 times \(only 1 copy is present\)"):
         db.delete("R", {"a": [1, 1], "b": [0, 0], "x": [0.5, 0.5]})
     assert_unchanged(before, snapshot(db))
     assert diffs == []
@@ -207,3 +207,55 @@ def test_catalog_from_a_mapping_checks_types():
         Catalog({"R": {"a": "INT", "A": "INT"}})
     catalog = Catalog({"R": [("a", "BIGINT"), ("when", "TIMESTAMP")]})
     assert catalog.table("r").types == ("int", "date")
+
+
+def test_deleting_more_copies_than_are_present_says_how_many_are():
+    db = Database("CREATE TABLE R (a BIGINT, d DATE);")
+    db.insert("R", {"a": [1, 1], "d": ["2020-01-01"] * 2})
+    with pytest.raises(BatchError, match=r"3 times \(only 2 copies are present\)"):
+        db.delete("R", {"a": [1, 1, 1], "d": ["2020-01-01"] * 3})
+    with pytest.raises(BatchError, match="that is not present"):
+        db.delete("R", {"a": [2], "d": ["2020-01-01"]})
+    assert len(db.table("R")) == 2
+
+
+def test_dates_outside_the_range_tables_hold_are_refused_not_wrapped():
+    """numpy casts datetime64[D] of the year 3000 to nanoseconds silently wrapped (it was
+    stored as 1830-11-23T00:50:52); texts and dates were called 'not a date'."""
+    import datetime
+
+    import numpy as np
+
+    db = Database("CREATE TABLE R (a BIGINT, d DATE);")
+    view = db.create_view("v", "SELECT d, COUNT(*) AS n FROM R GROUP BY d")
+    for dates in (
+        np.array(["2020-01-01", "3000-01-01"], dtype="datetime64[D]"),
+        ["2020-01-01", "3000-01-01"],
+        [datetime.date(2020, 1, 1), datetime.date(1500, 1, 1)],
+    ):
+        with pytest.raises(BatchError, match=r"row 1\) is outside the dates a table holds"):
+            db.insert("R", {"a": [1, 2], "d": dates})
+    with pytest.raises(BatchError, match="is not a date"):
+        db.insert("R", {"a": [1], "d": ["2020-13-01"]})
+    assert len(view.to_pandas()) == 0 and len(db.table("R")) == 0
+
+
+def test_engine_keys_of_times_beyond_nanoseconds_are_refused_not_wrapped():
+    import numpy as np
+    from ringml.rings.scalar import IntegerRing
+
+    from ringml import Maintainer, Query
+
+    m = Maintainer(Query({"R": ["d", "x"]}, IntegerRing(), free=["d"]))
+    far = pd.DataFrame({"d": np.array(["3000-01-01"], dtype="datetime64[s]"), "x": [1]})
+    with pytest.raises(BatchError, match="outside the range of nanosecond times"):
+        m.insert("R", far)
+    assert dict(m.enumerate()) == {}
+
+
+def test_a_view_over_a_view_is_refused_with_what_to_do_instead():
+    db = Database("CREATE TABLE R (a BIGINT);")
+    db.create_view("v", "SELECT a, COUNT(*) AS n FROM R GROUP BY a")
+    with pytest.raises(SqlNameError, match="'v' is a view: a view reads tables only"):
+        db.create_view("w", "SELECT a, n FROM v")
+    assert db.query("SELECT a, n FROM v").empty

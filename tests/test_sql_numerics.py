@@ -160,3 +160,39 @@ def test_a_view_over_an_aggregate_derived_table_gets_back_the_rows_it_was_given(
         # DuckDB sums plainly: the values agree within its rounding (exact sums: math.fsum)
         exact = sorted(math.fsum(x for h, x in rows if h == g) for g in {g for g, _ in rows})
         np.testing.assert_allclose(got["s"], exact, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_nan_and_infinity_compare_in_where_as_in_duckdb(strategy):
+    """DuckDB orders NaN above every number and equal to itself; numpy's comparisons with
+    NaN were all false."""
+    import duckdb
+
+    rng = np.random.default_rng(5)
+    R = pd.DataFrame({"a": rng.integers(-1, 2, 60), "b": rng.integers(-2, 3, 60)})
+    db = Database("CREATE TABLE R (a BIGINT, b BIGINT);")
+    db.insert("R", {"a": R["a"].tolist(), "b": R["b"].tolist()})
+    for op in ("=", "<>", "<", "<=", ">", ">="):
+        for right in ("1", "R.b / R.b", "R.a / R.a"):
+            sql = (
+                f"SELECT a, b, COUNT(*) AS n FROM R WHERE R.b / R.a {op} {right} "
+                "GROUP BY a, b ORDER BY a, b"
+            )
+            view = db.create_view("v", sql, strategy=strategy)
+            expected = duckdb.sql(sql).df()
+            assert view.to_pandas().values.tolist() == expected.values.tolist(), sql
+            db.drop_view("v")
+
+
+@pytest.mark.parametrize(
+    "sql", ["SELECT b / a AS k, COUNT(*) AS n FROM R GROUP BY k", "SELECT SUM(b / a) AS s FROM R"]
+)
+def test_a_division_by_zero_where_a_key_or_a_sum_needs_a_number_names_the_expression(sql):
+    db = Database("CREATE TABLE R (a BIGINT, b BIGINT);")
+    view = db.create_view("v", sql)
+    db.insert("R", {"a": [1, 2], "b": [3, 4]})
+    before = view.to_pandas()
+    with pytest.raises(BatchError, match=r"view 'v'.*\(R.b / R.a\) is (nan|inf)"):
+        db.insert("R", {"a": [1, 0], "b": [1, 5]})
+    pd.testing.assert_frame_equal(view.to_pandas(), before)
+    assert len(db.table("R")) == 2

@@ -11,6 +11,7 @@ checked by key (:mod:`ringml.sql.tables`); other constraints are accepted and ig
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -168,6 +169,23 @@ def _reject(table: str, column: str, kind: str, values: np.ndarray, bad: np.ndar
     )
 
 
+_OUTSIDE_DATES = (
+    f"is outside the dates a table holds ({pd.Timestamp.min.ceil('D').date()} to "
+    f"{pd.Timestamp.max.floor('D').date()})"
+)
+
+
+def _is_calendar_date(value: object) -> bool:
+    """A date (or an ISO date text) of any year, in or out of the range tables hold."""
+    if isinstance(value, datetime.date):
+        return True
+    try:
+        datetime.date.fromisoformat(str(value)[:10])
+    except ValueError:
+        return False
+    return True
+
+
 #: per kind, the dtype of its typed columns
 _EMPTY = {
     "int": np.int64,
@@ -271,13 +289,19 @@ def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:
             bad = np.isnat(out)
             if bad.any():
                 _reject(table, column, kind, values, bad, "is NULL; tables hold no NULLs")
+            wrapped = out.astype(values.dtype) != values  # numpy casts out of range silently
+            if wrapped.any():
+                _reject(table, column, kind, values, wrapped, _OUTSIDE_DATES)
             return out
         if kind_of == "O" and inferred in ("date", "datetime", "datetime64", "string", "empty"):
             try:
                 converted = pd.to_datetime(pd.Series(values), format="ISO8601")
             except (ValueError, TypeError, OverflowError):
                 converted = pd.to_datetime(pd.Series(values), format="ISO8601", errors="coerce")
-                _reject(table, column, kind, values, converted.isna().to_numpy(), "is not a date")
+                bad = converted.isna().to_numpy()
+                first = values[np.flatnonzero(bad)[0]]
+                why = _OUTSIDE_DATES if _is_calendar_date(first) else "is not a date"
+                _reject(table, column, kind, values, bad, why)
             if getattr(converted.dtype, "tz", None) is not None:
                 _reject(table, column, kind, values, np.ones(n, bool), "has a time zone")
             return converted.to_numpy().astype("datetime64[ns]")

@@ -336,8 +336,24 @@ class Cmp(Expr):
         if null is not None:  # object comparisons with None would raise
             lv, rv = _filled(lv, null, self.left.kind), _filled(rv, null, self.right.kind)
         with np.errstate(invalid="ignore"):
-            out = np.asarray(_CMP[self.op](lv, rv), dtype=bool)
+            out = _compare(self.op, np.asarray(lv), np.asarray(rv))
         return out, null
+
+
+def _compare(op: str, lv: np.ndarray, rv: np.ndarray) -> np.ndarray:
+    """``lv op rv`` in DuckDB's order of floats: NaN equals NaN and is greater than every
+    other number (numpy's comparisons with NaN are all false but ``<>``)."""
+    out = np.asarray(_CMP[op](lv, rv), dtype=bool)
+    if "f" not in (lv.dtype.kind, rv.dtype.kind):
+        return out
+    ln = np.isnan(lv) if lv.dtype.kind == "f" else np.zeros(lv.shape, dtype=bool)
+    rn = np.isnan(rv) if rv.dtype.kind == "f" else np.zeros(rv.shape, dtype=bool)
+    either = ln | rn
+    if not either.any():
+        return out
+    both = ln & rn
+    nan_order = {"=": both, "<>": ~both, "<": ~ln & rn, "<=": rn, ">": ln & ~rn, ">=": ln}[op]
+    return np.where(either, nan_order, out)
 
 
 _CMP: dict[str, Callable] = {

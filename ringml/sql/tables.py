@@ -107,8 +107,11 @@ class TableStore:
         bad = np.flatnonzero(current + net < 0)
         if bad.size:
             self.index.remove(placed)
-            row = int(np.flatnonzero((inverse.ravel() == bad[0]) & (signs < 0))[0])
-            self._absent(columns, row, "")
+            copies = inverse.ravel() == bad[0]
+            row = int(np.flatnonzero(copies & (signs < 0))[0])
+            deleted = int(-signs[copies & (signs < 0)].sum())
+            present = int(current[bad[0]]) + int(signs[copies & (signs > 0)].sum())
+            self._absent(columns, row, "", (deleted, present))
         moved = np.flatnonzero(net != 0)
         return TableChange(
             self.schema.name,
@@ -279,10 +282,19 @@ class TableStore:
                 return f" (the row with its primary key has {column} = {_python(stored[slot])!r})"
         return ""
 
-    def _absent(self, columns: Columns, row: int, why: str) -> None:
+    def _absent(
+        self, columns: Columns, row: int, why: str, times: tuple[int, int] = (1, 0)
+    ) -> None:
+        """``why``: why the row is not present; ``times``: how many copies the batch
+        deletes and how many are present (fewer)."""
         values = _row(columns, row)
+        deleted, present = times
+        what = f"that is not present{why}"
+        if present:
+            copies = "1 copy is" if present == 1 else f"{present} copies are"
+            what = f"{deleted} times (only {copies} present)"
         raise BatchError(
-            f"table {self.schema.name!r}: deleting row {values} that is not present{why}",
+            f"table {self.schema.name!r}: deleting row {values} {what}",
             self.schema.name,
             None,
             values,

@@ -26,7 +26,7 @@ from ..store import group_rows
 from .catalog import Catalog, TableSchema, parse_ddl
 from .compiler import compile_view
 from .errors import SqlNameError
-from .expressions import DTYPES, EvaluationError, SubqueryRef, as_numbers, truth
+from .expressions import DTYPES, EvaluationError, Expr, SubqueryRef, as_numbers, truth
 from .logical import COUNT, HIDDEN_AGGREGATES, AtomPlan, SubqueryPlan, ViewPlan
 from .output import Aggregated, columns_frame, key_column, row_changes, view_columns
 from .rangejoin import RangeJoin, range_join
@@ -693,6 +693,7 @@ def alias_rows(
             else:
                 values, _ = expression.evaluate(env, n)
                 columns[name] = values
+            _check_finite(expression, columns[name])
     except EvaluationError as error:
         raise BatchError(
             f"table {atom.table!r} (alias {atom.alias!r} of {owner}): {error}",
@@ -702,6 +703,17 @@ def alias_rows(
         ) from None
     # copy=False: the engine only reads the batch (a copy and consolidation cost ~90 us)
     return pd.DataFrame(columns, index=pd.RangeIndex(n), copy=False), signs
+
+
+def _check_finite(expression: Expr, values: np.ndarray) -> None:
+    """NaN and ±inf (e.g. of a division by zero) can be neither keys nor summed."""
+    if values.dtype.kind == "f" and not np.isfinite(values).all():
+        value = float(values[~np.isfinite(values)][0])
+        raise EvaluationError(
+            f"{expression.sql()} is {value!r} for a row (a division by zero?): NaN and ±inf "
+            "can be compared in WHERE, but not grouped, joined on or aggregated",
+            value,
+        )
 
 
 class _Filtered(dict):
@@ -808,7 +820,17 @@ class Database:
             raise SqlNameError(f"a table or view named {name!r} exists already", construct=name)
         if strategy not in STRATEGIES:
             raise InputTypeError(f"unknown strategy {strategy!r}; choose one of {STRATEGIES}")
-        plan = compile_view(sql, self.catalog)
+        try:
+            plan = compile_view(sql, self.catalog)
+        except SqlNameError as error:
+            if error.construct not in self._views:
+                raise
+            raise SqlNameError(
+                f"{error.construct!r} is a view: a view reads tables only (define this one "
+                f"over the tables {error.construct!r} reads; db.query can read views)",
+                error.position,
+                error.construct,
+            ) from None
         view = View(name, plan, strategy, self._static_tables(static, plan, name))
         load = {}
         for table in plan.tables:
