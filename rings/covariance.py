@@ -32,6 +32,7 @@ import numbers
 import operator
 import os
 import struct
+import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -345,6 +346,11 @@ def _check_count_sums(counts: np.ndarray, groups: np.ndarray | None, n_groups: i
             groups, n_groups = np.zeros(counts.size, dtype=np.int64), 1
         checked_sum_by(counts, groups, n_groups)
 
+
+#: A variance below this fraction of the shifted second moment has lost half its digits.
+_KEPT_VARIANCE = 1e-8
+#: ... when the shift is this many times farther from the data than the data from 0.
+_FAR_SHIFT = 1e3
 
 #: While every lifted |x| and every shift |h| stay below this, no float64 can overflow: an
 #: entry sums at most ~2**103 terms (rows times int64 weights) of size <= (2e130)**2, below
@@ -1737,6 +1743,35 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
     def _block_shifts(self, block: Block) -> np.ndarray:
         return np.nan_to_num(self._shifts[list(block)], nan=0.0)
 
+    def _warn_far_shifts(self, p: CovariancePayload) -> None:
+        """Warn when a variable's shift is so far from its data that its variance lost half
+        its digits or more (e.g. an outlier in the batch that fixed the shift): ``Q'/c`` is
+        then ``(s'/c)²`` up to rounding."""
+        if p.count <= 0 or not p.block:
+            return
+        second = np.diagonal(p.products) / p.count
+        mean = p.sums / p.count
+        variance = np.maximum(second - mean * mean, 0.0)
+        with np.errstate(all="ignore"):
+            kept = variance / second
+        # far: the shift is far from the data, measured by the data's own magnitude (a
+        # constant 0 has none, and loses nothing)
+        scale = np.abs(self._block_shifts(p.block) + mean) + np.sqrt(variance)
+        far = (scale > 0) & (np.abs(mean) > _FAR_SHIFT * scale)
+        far = np.flatnonzero(far & (second > 0) & (kept < _KEPT_VARIANCE))
+        if far.size:
+            j = int(far[0])
+            name, shift = self.variables[p.block[j]], float(self._shifts[p.block[j]])
+            digits = max(0, int(16 + math.log10(max(kept[j], 1e-300))))
+            warnings.warn(
+                f"CovarianceRing: the shift of {name!r} ({shift!r}, fixed by its first lifted "
+                f"batch) is far from its mean ({shift + float(mean[j])!r}): its variance keeps "
+                f"about {digits} of 16 digits; fix the shifts up front (ring.set_shifts) or "
+                "start afresh with a new ring",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
     def moments(
         self, payload: CovariancePayload | CovarianceBatch
     ) -> tuple[int, np.ndarray, np.ndarray]:
@@ -1764,6 +1799,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         outside the block have mean and covariance 0; count 0 gives NaN.
         """
         p = self._as_payload(payload)
+        self._warn_far_shifts(p)
         pos = list(p.block)
         mean = np.zeros(self.m)
         cov = np.zeros((self.m, self.m))
@@ -1796,6 +1832,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         original units is ``θ_0 + h_y − Σ_j θ_j h_j`` where ``h = ring.shifts``.
         """
         p = self._as_payload(payload)
+        self._warn_far_shifts(p)
         names = self.variables if variables is None else list(variables)
         wanted = [self.index_of(v) for v in names]
         where = {v: q for q, v in enumerate(p.block)}
