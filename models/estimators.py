@@ -51,6 +51,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 
 import ringml
 from ringml.batch import TupleCounts, UpdateBatch, as_frame, feature_numbers
+from ringml.encoding import factorize
 from ringml.errors import BatchError, UnknownCategoryError
 
 from .mutual_information import (
@@ -395,7 +396,7 @@ class ChowLiuEstimator(_Atomic, BaseEstimator):
                 columns[j] = binned[:, t]
         codes = []
         for j, col in enumerate(columns):
-            local, uniques = pd.factorize(pd.Series(col, dtype=object), use_na_sentinel=False)
+            local, uniques = factorize(np.asarray(col, dtype=object), use_na_sentinel=False)
             table = categories[j]
             glob = np.asarray([table.setdefault(u, len(table)) for u in uniques], np.int64)
             codes.append(glob[local])

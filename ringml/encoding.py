@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import numbers
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -64,6 +65,47 @@ def _float_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def fits_int64(values: np.ndarray) -> bool:
     """An integer or boolean column whose values all fit int64 (uint64 may not)."""
     return values.dtype.kind != "u" or not values.size or int(values.max()) <= _INT64_MAX
+
+
+def factorize(
+    values: np.ndarray, sort: bool = False, use_na_sentinel: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize`` with strings equal exactly when Python finds them equal: pandas
+    hashes an array of nothing but strings as C strings, cut at their first NUL character
+    (``"a"`` and ``"a\\x00"`` were one value, ranked as one by ``sort``).  Such an array
+    with a NUL in it is factorized with a NULL appended: pandas then hashes Python
+    objects."""
+    values = np.asarray(values)
+    if values.dtype.kind == "U":
+        values = values.astype(object)
+    if values.dtype == object and _nul_in_text(values):
+        codes, uniques = pd.factorize(np.append(values, None), sort=sort)
+        return codes[:-1], uniques
+    return pd.factorize(values, sort=sort, use_na_sentinel=use_na_sentinel)
+
+
+def _nul_in_text(values: np.ndarray) -> bool:
+    """Whether an object array holds only strings and one has a NUL character (one pass
+    over the text; pandas hashes an array holding anything else as Python objects)."""
+    try:
+        return "\x00" in "".join(values.tolist())
+    except TypeError:
+        return False
+
+
+def factorize_rows(columns: Sequence[np.ndarray]) -> np.ndarray:
+    """One code per row of aligned ``columns``, equal exactly for the rows equal in every
+    column (:func:`factorize`'s equality, NULLs equal to each other), numbered in order of
+    first appearance."""
+    key, bound = np.zeros(len(columns[0]), dtype=np.int64), 1
+    for values in columns:
+        codes, uniques = factorize(values, use_na_sentinel=False)
+        if bound * len(uniques) >= 2**62:
+            key, kept = pd.factorize(key)
+            bound = len(kept)
+        key = key * len(uniques) + codes
+        bound *= len(uniques)
+    return pd.factorize(key)[0].astype(np.int64, copy=False)
 
 
 class EncodingError(ValueError):

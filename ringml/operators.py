@@ -120,19 +120,21 @@ def lift(
     return ctx.ring.batch_lift_factors(lifted, lift_columns(ctx, lifted, codes, values))
 
 
-def group(ctx: Context, cols, keys: Sequence[str], factors: list, support) -> Rows:
-    """``⊕`` of the product of ``factors`` grouped by ``keys``."""
+def group(ctx: Context, cols, keys: Sequence[str], factors: list, support, scale=None) -> Rows:
+    """``⊕`` of the product of ``factors`` (times the multiplicities ``scale``, if any)
+    grouped by ``keys``."""
     ring = ctx.ring
     if keys:
         unique, groups = group_rows(_key_columns([cols[v] for v in keys]))
         return Rows(
             {v: unique[:, j] for j, v in enumerate(keys)},
             {},
-            ring.batch_mul_sum(factors, groups, unique.shape[0]),
+            ring.batch_scaled_mul_sum(factors, scale, groups, unique.shape[0]),
             None,
             group_sum(support, groups, unique.shape[0]),
         )
-    return Rows({}, {}, ring.batch_mul_sum(factors), None, group_sum(support, None, 1))
+    summed = ring.batch_scaled_mul_sum(factors, scale)
+    return Rows({}, {}, summed, None, group_sum(support, None, 1))
 
 
 def group_keys(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -242,17 +244,13 @@ def step(ctx: Context, view: ViewSpec, siblings: Sequence[Member], delta: Rows) 
                 return Rows(codes, {}, result, None, ring.batch_derivations(result))
             return Rows(codes, {}, result, None, group_sum(support, groups, n_groups))
     factors += lift(ctx, view.lifted, cols, values)
-    if delta.payload is None:
-        if not factors:
-            factors = [ring.batch_ones(rows.size)]
-        if mult is not None:
-            factors[0] = ring.batch_scale(factors[0], mult)
-    else:
+    if delta.payload is not None:
         factors.insert(0, delta.payload if identity else ring.batch_take(delta.payload, rows))
-    if groups is None:
-        result = ring.batch_mul_sum(factors)
-    else:
-        result = ring.batch_mul_sum(factors, groups, n_groups)
+    elif not factors:
+        factors = [ring.batch_ones(rows.size)]
+    # leaf multiplicities scale the products inside the sum (ℤ: exactly, no int64 overflow
+    # of a scaled product whose group's sum fits)
+    result = ring.batch_scaled_mul_sum(factors, mult, groups, n_groups)
     if derived:
         return Rows(codes, {}, result, None, ring.batch_derivations(result))
     return Rows(codes, {}, result, None, group_sum(support, groups, n_groups))
@@ -312,10 +310,10 @@ def aggregate_rows(ctx: Context, f: Rows, summed: Sequence[str], keep: tuple[str
     lifts = lift(ctx, summed, f.codes, f.values)
     if f.payload is None:
         lifts = lifts or [ctx.ring.batch_ones(size(ctx, f))]
-        lifts[0] = ctx.ring.batch_scale(lifts[0], f.multiplicity)
     else:
         lifts.insert(0, f.payload)
-    return group(ctx, {v: f.codes[v] for v in keep}, keep, lifts, f.support)
+    cols = {v: f.codes[v] for v in keep}
+    return group(ctx, cols, keep, lifts, f.support, f.multiplicity if f.payload is None else None)
 
 
 def temporary_store(ctx: Context, f: Rows) -> ViewStore:
@@ -399,10 +397,10 @@ def factorized_step(
         keys = tuple(v for v in view.keys if v in variables)
         parts_ = [store.take(sl) for store, sl in slots]
         parts_ += lift(ctx, lifted, cols, {})
+        scale = None
         if start.payload is None:
-            if not parts_:
-                parts_ = [ring.batch_ones(rows.size)]
-            parts_[0] = ring.batch_scale(parts_[0], start.multiplicity[rows])
+            parts_ = parts_ or [ring.batch_ones(rows.size)]
+            scale = start.multiplicity[rows]
         else:
             parts_.insert(0, ring.batch_take(start.payload, rows))
         support = None
@@ -410,5 +408,5 @@ def factorized_step(
             support = start.support[rows]
             for store, sl in slots:
                 support = support * store.support[sl]
-        out.append(group(ctx, cols, keys, parts_, support))
+        out.append(group(ctx, cols, keys, parts_, support, scale))
     return out

@@ -63,7 +63,7 @@ import numpy as np
 import pandas as pd
 
 from .batch import UpdateBatch, as_frame
-from .encoding import Dictionary
+from .encoding import Dictionary, factorize_rows
 from .errors import BatchError, InputTypeError, RingmlError, SchemaError
 
 __all__ = [
@@ -1276,12 +1276,8 @@ class PatternView:
     def _key_codes(self, frames: Sequence[pd.DataFrame]) -> np.ndarray:
         """One int64 code per row of ``frames`` (concatenated) for its ``by`` key: equal
         keys, equal codes."""
-        codes = None
-        for c in self.by:
-            column = np.concatenate([f[c].to_numpy() for f in frames])
-            these, uniques = pd.factorize(column, use_na_sentinel=False)  # NULL: a key too
-            codes = these if codes is None else pd.factorize(codes * len(uniques) + these)[0]
-        return codes.astype(np.int64)
+        columns = [np.concatenate([f[c].to_numpy() for f in frames]) for c in self.by]
+        return factorize_rows(columns)  # NULL: a key too
 
     def _check_unique(self, k: int, pieces: list[pd.DataFrame]) -> None:
         codes = self._key_codes(pieces)

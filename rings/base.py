@@ -271,8 +271,20 @@ class Ring(ABC, Generic[E, B]):
         in one call (``groups=None``: everything into one element; ``weights=None``: all 1).
         Rings override it to skip the lifted rows (the covariance ring does)."""
         factors = self.batch_lift_factors(variables, columns)
-        if weights is not None:
-            factors[0] = self.batch_scale(factors[0], weights)
+        return self.batch_scaled_mul_sum(factors, weights, groups, n_groups)
+
+    def batch_scaled_mul_sum(
+        self,
+        factors: Sequence[B],
+        scale: np.ndarray | None,
+        groups: np.ndarray | None = None,
+        n_groups: int = 1,
+    ) -> B:
+        """:meth:`batch_mul_sum` of the products times integer multiplicities ``scale``
+        (None: all 1).  By default the first factor is scaled; ℤ multiplies exactly instead,
+        so that a scaled product beyond int64 is no overflow while its group's sum fits."""
+        if scale is not None:
+            factors = [self.batch_scale(factors[0], scale), *factors[1:]]
         if groups is None:
             return self.batch_mul_sum(factors)
         return self.batch_mul_sum(factors, groups, n_groups)

@@ -22,6 +22,7 @@ import numbers
 import struct
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from functools import reduce
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,7 @@ __all__ = [
     "average_ring",
     "checked_add",
     "checked_mul",
+    "checked_mul_sum",
     "checked_neg",
     "checked_sum_by",
 ]
@@ -108,6 +110,35 @@ def checked_sum_by(a: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarr
         for g in suspicious.tolist():
             if not INT64_MIN <= exact[g] <= INT64_MAX:
                 raise _overflow("sum")
+    return out
+
+
+def checked_mul_sum(factors: Sequence[np.ndarray], groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per group the sum of the products of int64 ``factors``, exact: a product beyond
+    int64 is no overflow while its group's sum is back in range (``2**62 * 2 - 2**62``);
+    :class:`RingError` for a sum that leaves int64.
+
+    A float product bounds every product's magnitude; the groups of the rare ones reaching
+    ``2**62`` are summed again with Python integers."""
+    if len(factors) == 1:
+        return checked_sum_by(factors[0], groups, n_groups)
+    groups = _check_groups(groups, len(factors[0]), n_groups)
+    with np.errstate(over="ignore"):
+        product = reduce(np.multiply, factors)  # wraps only where a product leaves int64
+        estimate = reduce(np.multiply, [np.abs(f.astype(np.float64)) for f in factors])
+    large = estimate >= _SAFE_MAGNITUDE
+    if not large.any():
+        return checked_sum_by(product, groups, n_groups)
+    suspicious = np.zeros(n_groups, dtype=bool)
+    suspicious[groups[large]] = True
+    rows = suspicious[groups]
+    out = checked_sum_by(np.where(rows, 0, product), groups, n_groups)
+    exact = np.zeros(n_groups, dtype=object)
+    np.add.at(exact, groups[rows], reduce(np.multiply, [f[rows].astype(object) for f in factors]))
+    sums = exact[suspicious]
+    if any(not INT64_MIN <= s <= INT64_MAX for s in sums):
+        raise _overflow("sum")
+    out[suspicious] = sums.astype(np.int64)
     return out
 
 
@@ -437,6 +468,21 @@ class IntegerRing(_NumericRing):
 
     def batch_sum_by(self, a: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
         return checked_sum_by(self._arr(a), groups, n_groups)
+
+    def batch_mul_sum(self, factors, groups=None, n_groups: int = 1) -> np.ndarray:
+        """Exact (:func:`checked_mul_sum`): only a sum that leaves int64 overflows."""
+        arrays = [self._arr(f) for f in factors]
+        if any(a.shape != arrays[0].shape for a in arrays):
+            raise RingError(f"{self!r}: factor batches of different lengths")
+        if groups is None:
+            groups, n_groups = np.zeros(len(arrays[0]), dtype=np.int64), 1
+        return checked_mul_sum(arrays, groups, n_groups)
+
+    def batch_scaled_mul_sum(self, factors, scale, groups=None, n_groups: int = 1):
+        """The multiplicities are one more factor of the exact :meth:`batch_mul_sum`."""
+        if scale is not None:
+            factors = [*factors, np.asarray(scale, dtype=np.int64)]
+        return self.batch_mul_sum(factors, groups, n_groups)
 
     def batch_sum(self, a: np.ndarray) -> int:
         a = self._arr(a)
@@ -870,6 +916,13 @@ class ProductRing(Ring):
         fs = [self._b(f) for f in factors]
         return tuple(
             r.batch_mul_sum([f[i] for f in fs], groups, n_groups) for i, r in enumerate(self.rings)
+        )
+
+    def batch_scaled_mul_sum(self, factors, scale, groups=None, n_groups: int = 1) -> tuple:
+        fs = [self._b(f) for f in factors]
+        return tuple(
+            r.batch_scaled_mul_sum([f[i] for f in fs], scale, groups, n_groups)
+            for i, r in enumerate(self.rings)
         )
 
     def batch_is_zero(self, a: tuple) -> np.ndarray:

@@ -73,10 +73,16 @@ def _sorted_columns(frame: pd.DataFrame) -> list[np.ndarray]:
             missing = np.isnan(c)
             keys += [~missing, np.where(missing, 0.0, c)]
         else:
-            codes, _ = pd.factorize(pd.Series(c, dtype=object), sort=True)
-            keys.append(codes)
+            keys.append(_ranks(c))
     order = np.lexsort(keys[::-1])
     return [c[order] for c in columns]
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Each value's rank among the distinct ones, NULL first, in Python's order and equality
+    (pandas would factorize strings as C strings: "a" and "a\\x00" as one)."""
+    rank = {v: i for i, v in enumerate(sorted({v for v in values if v is not None}), 1)}
+    return np.asarray([0 if v is None else rank[v] for v in values], dtype=np.int64)
 
 
 def _null(v) -> bool:

@@ -212,6 +212,14 @@ def test_chow_liu_estimator_strings_deletes_and_oracle():
     assert model.n_samples_seen_ == 150
 
 
+def test_chow_liu_categories_differing_by_a_nul_character_are_two_categories():
+    """pd.factorize cut strings at a NUL: "a" and "a\\x00" were one category."""
+    frame = pd.DataFrame({"s": ["a", "a\x00", "a", "a\x00"], "t": ["x", "y", "x", "y"]})
+    model = ChowLiuEstimator().fit(frame)
+    assert model.categories_[0] == {"a": 0, "a\x00": 1}
+    assert model.mutual_info_.loc["s", "t"] == pytest.approx(1.0)
+
+
 # ------------------------------------------------------------------- relational
 def _housing(postcodes=6, seed=0):
     ds = housing_star(postcodes=postcodes, seed=seed)

@@ -975,3 +975,13 @@ def test_datetime_partitions_and_watermarks_are_exact_to_the_nanosecond():
     stream.advance_watermark(pd.Timestamp("2026-03-01 13:00:00.004", tz="Europe/Paris"))
     assert stream.watermark == base + pd.Timedelta(milliseconds=4)
     assert view.result() == {}  # partition of +1 ms ended at +2 ms; +2 + 2 <= +4: expired
+
+
+def test_pattern_view_keys_differing_by_a_nul_character_are_two_keys():
+    """Keys were coded by pd.factorize, which cuts strings at a NUL: "k" and "k\\x00" were
+    taken for two events of one key (and reporting it failed)."""
+    view = PatternView("S", ["key"], "a", {"a": lambda new, prev: new["x"] > 0})
+    stream = WindowedStream(view, {"S": StreamTable("ts", 1)})
+    stream.insert("S", {"ts": [0.0, 0.5], "key": ["k", "k\x00"], "x": [1.0, 2.0]})
+    stream.advance_watermark(1)
+    assert view.result()["key"].tolist() == ["k", "k\x00"]

@@ -15,6 +15,7 @@ from decimal import Decimal
 import numpy as np
 import pandas as pd
 
+from ..encoding import factorize, factorize_rows
 from ..rings.scalar import checked_add, checked_mul
 from .expressions import DTYPES, truth
 from .logical import COUNT, HIDDEN_AGGREGATES, Terms, ViewPlan
@@ -46,6 +47,19 @@ def _sum_terms(terms: Terms, components: Mapping[str, np.ndarray], n: int) -> np
         factor = float(c) if isinstance(c, Decimal | int) else c
         total = total + factor * components[name].astype(np.float64)
     return total
+
+
+def mean(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``sums / counts`` (counts > 0) as float64; integer sums (int64, or Python ints as
+    objects) exactly rounded: in float64 where a sum is exact there (below 2**53), by
+    Python's exactly rounded integer division elsewhere."""
+    floats = sums.astype(np.float64)
+    out = floats / counts
+    if sums.dtype.kind == "f":
+        return out
+    wide = np.flatnonzero(np.abs(floats) >= 2.0**53)
+    out[wide] = [s / c for s, c in zip(sums[wide].tolist(), counts[wide].tolist(), strict=True)]
+    return out
 
 
 class Aggregated(dict):
@@ -96,8 +110,7 @@ class Aggregated(dict):
         )
         null = present == 0
         if aggregate.function == "avg":
-            with np.errstate(all="ignore"):
-                value = value.astype(np.float64) / np.where(null, 1, present)
+            value = mean(value, np.where(null, 1, present))
         if null.any():
             value = value.astype(np.float64)
             value[null] = np.nan
@@ -200,7 +213,7 @@ def _sorted(rows: np.ndarray, order_keys: list, columns: Mapping[str, np.ndarray
     """``rows`` in ORDER BY order (NULLs last unless asked first); ties keep a fixed order
     (by the output columns, NULLs last).
 
-    Each sort column becomes the codes of its sorted distinct values (``pd.factorize``,
+    Each sort column becomes the codes of its sorted distinct values (:func:`factorize`,
     missing values after all others), reversed for DESC, and one stable ``np.lexsort``
     orders the rows: the order ``DataFrame.sort_values(kind="mergesort",
     na_position="last")`` gives, without building a frame and a Categorical per column
@@ -232,7 +245,7 @@ def _sort_codes(values: np.ndarray, descending: bool) -> np.ndarray:
         return ~ints if descending else ints
     elif kind == "f" and not np.isnan(values).any():
         return -values if descending else values
-    codes, uniques = pd.factorize(values, sort=True)
+    codes, uniques = factorize(values, sort=True)
     size = len(uniques)
     missing = codes < 0
     if descending:
@@ -243,7 +256,7 @@ def _sort_codes(values: np.ndarray, descending: bool) -> np.ndarray:
 
 
 #: :func:`row_changes` groups rows as Python tuples up to this many cells (rows x columns),
-#: by coding the columns with ``pd.factorize`` beyond (~10 us per column and call)
+#: by coding the columns with :func:`factorize_rows` beyond (~10 us per column and call)
 ROW_TUPLE_CELLS = 1024
 _NULL = object()  # every NULL (None, NaN, NaT) of a column as one key in a row tuple
 
@@ -256,10 +269,10 @@ def row_changes(
     ``multiplicity`` column (-1: a row left, +1: a row came), in the order of the rows'
     first appearance in ``before`` then ``after``.
 
-    Rows are equal when every column is (``pd.factorize``'s equality: NULLs equal to each
-    other, ``-0.0 == 0.0``, numbers by value); no frame groupby: a small diff groups Python
-    tuples in a dict, a large one codes the columns into one integer per row and sums the
-    signs by ``np.bincount``."""
+    Rows are equal when every column is (:func:`factorize`'s equality: NULLs equal to each
+    other, ``-0.0 == 0.0``, numbers by value, strings as Python compares them); no frame
+    groupby: a small diff groups Python tuples in a dict, a large one codes the columns
+    into one integer per row and sums the signs by ``np.bincount``."""
     name = MULTIPLICITY
     columns = list(before.columns) if isinstance(before, pd.DataFrame) else list(before)
     while name in columns:
@@ -330,19 +343,11 @@ def _tuple_groups(columns: list[np.ndarray], n_before: int) -> tuple[np.ndarray,
 
 
 def _coded_groups(columns: list[np.ndarray], n_before: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_tuple_groups` by codes: each column factorized, the codes combined into one
-    integer per row (coded again when the combination would leave int64)."""
+    """:func:`_tuple_groups` by codes: one integer per row (:func:`factorize_rows`, group
+    ids in order of first appearance)."""
     total = len(columns[0])
-    row_key, bound = np.zeros(total, dtype=np.int64), 1
-    for values in columns:
-        codes, uniques = pd.factorize(values, use_na_sentinel=False)
-        if bound * len(uniques) >= 2**62:
-            row_key, kept = pd.factorize(row_key)
-            bound = len(kept)
-        row_key = row_key * len(uniques) + codes
-        bound *= len(uniques)
-    row_key, kept = pd.factorize(row_key)  # group ids in order of first appearance
-    groups = len(kept)
+    row_key = factorize_rows(columns)
+    groups = int(row_key.max()) + 1 if total else 0
     net = np.bincount(row_key[n_before:], minlength=groups) - np.bincount(
         row_key[:n_before], minlength=groups
     )

@@ -20,13 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
+from ..encoding import factorize, factorize_rows
 from ..maintainer import Maintainer
 from ..query import Atom, Query
-from ..rings.scalar import IntegerRing, ProductRing, RealRing
+from ..rings.base import RingError
+from ..rings.scalar import INT64_MAX, INT64_MIN, IntegerRing, ProductRing, RealRing, checked_mul_sum
 from ..store import group_rows
-from .expressions import Cmp, Col, Expr
+from .expressions import Cmp, Col, EvaluationError, Expr
 from .logical import COUNT, HIDDEN_AGGREGATES, AtomPlan, ViewPlan
 
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
@@ -50,6 +51,27 @@ class RangeJoinPlan:
     pairs: tuple[tuple[str, int, int], ...]  # (component, index in a, index in b)
     integer_a: tuple[bool, ...]
     integer_b: tuple[bool, ...]
+
+
+def range_sums(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``values[lo[i]:hi[i]].sum()`` for every ``i``, by prefix sums.  Integers exactly:
+    int64 prefix sums wrap, but their differences are exact where the sums fit; where a
+    float bound of the magnitudes reaches 2**62 the sums are taken again with Python ints,
+    :class:`EvaluationError` for one beyond int64."""
+    prefix = np.concatenate([np.zeros(1, dtype=values.dtype), np.cumsum(values)])
+    sums = prefix[hi] - prefix[lo]
+    if values.dtype.kind == "f":
+        return sums
+    magnitudes = np.concatenate([np.zeros(1), np.cumsum(np.abs(values.astype(np.float64)))])
+    wide = np.flatnonzero(magnitudes[hi] - magnitudes[lo] >= 2.0**62)
+    if wide.size:
+        exact = np.concatenate([np.zeros(1, dtype=object), np.cumsum(values.astype(object))])
+        exact = (exact[hi[wide]] - exact[lo[wide]]).tolist()
+        beyond = [s for s in exact if not INT64_MIN <= s <= INT64_MAX]
+        if beyond:
+            raise EvaluationError("a SUM overflows BIGINT", beyond[0])
+        sums[wide] = exact
+    return sums
 
 
 def range_join(plan: ViewPlan) -> RangeJoinPlan | None:
@@ -192,14 +214,10 @@ class RangeJoin:
             both = [
                 np.concatenate([x, y]).astype(object) for x, y in zip(joins_b, joins_a, strict=True)
             ]
-            group = (
-                pd.factorize(both[0])[0]
-                if len(both) == 1
-                else pd.MultiIndex.from_arrays(both).factorize()[0]
-            ).astype(np.int64)
+            group = factorize_rows(both)
         else:
             group = np.zeros(n + m, dtype=np.int64)
-        ranks = pd.factorize(np.concatenate([w, u]), sort=True)[0].astype(np.int64)
+        ranks = factorize(np.concatenate([w, u]), sort=True)[0].astype(np.int64)
         width = int(ranks.max()) + 2 if len(ranks) else 1
         key = group * width + ranks
         order = np.argsort(key[:n], kind="stable")
@@ -210,22 +228,19 @@ class RangeJoin:
         op = _FLIP[plan.op]  # u op w  <=>  w flipped-op u: the B values that join
         cut = np.searchsorted(sorted_keys, probe, "right" if op in (">", "<=") else "left")
         lo, hi = (cut, high) if op in (">", ">=") else (low, cut)
-        ranged = []
-        for part in parts_b:
-            prefix = np.concatenate([np.zeros(1, dtype=part.dtype), np.cumsum(part[order])])
-            ranged.append(prefix[hi] - prefix[lo])
+        ranged = [range_sums(part[order], lo, hi) for part in parts_b]
         visible = [free_a.index(v) for v in plan.visible]
         unique, inverse = group_rows(codes_a[:, visible])
         out = {}
         for name, i, j in plan.pairs:
-            product = parts_a[i] * ranged[j]
-            if product.dtype.kind in "iub":
-                summed = np.zeros(len(unique), dtype=np.int64)
-                np.add.at(summed, inverse, product)
-            else:
-                summed = np.bincount(inverse, weights=product, minlength=len(unique)).astype(
-                    np.float64, copy=False
-                )
-            out[name] = summed
+            a, b = parts_a[i], ranged[j]
+            if a.dtype.kind == "f" or b.dtype.kind == "f":
+                summed = np.bincount(inverse, weights=a * b, minlength=len(unique))
+                out[name] = summed.astype(np.float64, copy=False)
+                continue
+            try:
+                out[name] = checked_mul_sum([a, b], inverse, len(unique))
+            except RingError as error:
+                raise EvaluationError(f"an integer aggregate overflows BIGINT ({error})") from None
         alive = out[COUNT] > 0
         return unique[alive], {name: values[alive] for name, values in out.items()}

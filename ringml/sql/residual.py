@@ -27,8 +27,10 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..keyindex import KeyIndex
+from ..rings.base import RingError
+from ..rings.scalar import checked_add, checked_sum_by
 from ..store import group_rows
-from .expressions import DTYPES, Col, truth
+from .expressions import DTYPES, Col, EvaluationError, truth
 from .logical import COUNT, HIDDEN_AGGREGATES, SubqueryPlan, ViewPlan
 
 
@@ -56,19 +58,27 @@ class ResidualResult:
         return codes if codes.shape[1] else np.zeros((codes.shape[0], 1), dtype=np.int64)
 
     def add(self, codes: np.ndarray, components: Mapping[str, np.ndarray]) -> None:
-        """Add component changes of engine groups (``codes`` in free order)."""
+        """Add component changes of engine groups (``codes`` in free order);
+        :class:`EvaluationError` (the result half changed: to be rebuilt) for an output
+        group's integer sum beyond int64."""
         if not len(codes):
             return
         unique, inverse = group_rows(codes[:, self.columns])
         slots, _ = self.index.get_or_insert(self._keys(unique))
         for name, values in components.items():
-            summed = _sum_by(values, inverse, len(unique))
-            held = self.sums[name]
-            if held.size < self.index.capacity or held.dtype != np.result_type(held, summed):
-                grown = np.zeros(self.index.capacity, dtype=np.result_type(held, summed))
-                grown[: held.size] = held
-                held = self.sums[name] = grown
-            held[slots] += summed
+            try:
+                summed = _sum_by(values, inverse, len(unique))
+                held = self.sums[name]
+                if held.size < self.index.capacity or held.dtype != np.result_type(held, summed):
+                    grown = np.zeros(self.index.capacity, dtype=np.result_type(held, summed))
+                    grown[: held.size] = held
+                    held = self.sums[name] = grown
+                if held.dtype.kind == "i":
+                    held[slots] = checked_add(held[slots], summed)
+                else:
+                    held[slots] += summed
+            except RingError as error:
+                raise EvaluationError(f"an integer aggregate overflows BIGINT ({error})") from None
         dead = slots[self.sums[COUNT][slots] <= 0]
         if dead.size:
             for held in self.sums.values():
@@ -110,9 +120,7 @@ class ResidualResult:
 
 def _sum_by(values: np.ndarray, inverse: np.ndarray, m: int) -> np.ndarray:
     if values.dtype.kind in "iub":
-        out = np.zeros(m, dtype=np.int64)
-        np.add.at(out, inverse, values.astype(np.int64, copy=False))
-        return out
+        return checked_sum_by(values.astype(np.int64, copy=False), inverse, m)
     return np.bincount(inverse, weights=values, minlength=m).astype(np.float64, copy=False)
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..batch import UpdateBatch
+from ..encoding import factorize_rows
 from ..query import Query
 
 
@@ -83,4 +84,10 @@ def _joins(
     theirs = frames[s][[names[s][v] for v in shared]][others]
     if len(shared) == 1:
         return mine.iloc[:, 0].isin(theirs.iloc[:, 0]).to_numpy()
-    return pd.MultiIndex.from_frame(mine).isin(pd.MultiIndex.from_frame(theirs))
+    # both sides' rows coded together (a MultiIndex would factorize strings as C strings)
+    columns = [
+        np.concatenate([mine.iloc[:, j].to_numpy(), theirs.iloc[:, j].to_numpy()])
+        for j in range(len(shared))
+    ]
+    codes = factorize_rows(columns)
+    return np.isin(codes[: len(mine)], codes[len(mine) :])

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from ..batch import TupleCounts, UpdateBatch
+from ..encoding import factorize
 from ..errors import BatchError, InputTypeError
 from ..keyindex import KeyIndex, hash_rows
 from .catalog import TableSchema
@@ -467,12 +468,12 @@ def _key_groups(images: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
 
 def _row_groups(columns: Columns, schema: TableSchema) -> tuple[np.ndarray, np.ndarray]:
     """Exact groups of equal rows: each group's first row and every row's group number
-    (per column the codes of ``pd.factorize``, which compares values, then the distinct
-    rows of codes)."""
+    (per column the codes of :func:`factorize`, which compares values as Python does, then
+    the distinct rows of codes)."""
     codes = []
     for column, kind in zip(schema.columns, schema.types, strict=True):
         values = columns[column]
-        codes.append(pd.factorize(values + 0.0 if kind == "float" else values)[0])
+        codes.append(factorize(values + 0.0 if kind == "float" else values)[0])
     _, first, inverse = np.unique(
         np.stack(codes, axis=1), axis=0, return_index=True, return_inverse=True
     )

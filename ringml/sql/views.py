@@ -12,24 +12,28 @@ or publish their diffs to subscribers after every batch (publish-subscribe mode)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 import pandas as pd
 
 from ..batch import UpdateBatch
+from ..encoding import factorize, factorize_rows
 from ..errors import BatchError, InputTypeError, RingmlError
 from ..keyindex import KeyIndex
 from ..maintainer import STRATEGIES, Maintainer
+from ..rings.scalar import INT64_MAX, INT64_MIN
 from ..store import group_rows
 from .catalog import Catalog, TableSchema, parse_ddl
 from .compiler import compile_view
 from .errors import SqlNameError
 from .expressions import DTYPES, EvaluationError, Expr, SubqueryRef, as_numbers, truth
 from .logical import COUNT, HIDDEN_AGGREGATES, AtomPlan, SubqueryPlan, ViewPlan
-from .output import Aggregated, columns_frame, key_column, row_changes, view_columns
-from .rangejoin import RangeJoin, range_join
+from .output import Aggregated, columns_frame, key_column, mean, row_changes, view_columns
+from .rangejoin import RangeJoin, range_join, range_sums
 from .residual import (
     ResidualResult,
     affected_groups,
@@ -167,15 +171,23 @@ def subquery_lookup(sub: SubqueryPlan, rows: pd.DataFrame) -> Callable:
         found = len(rows) and rows["__n"].iloc[0] > 0
         positions = np.zeros(1, dtype=np.int64) if found else np.full(1, -1, dtype=np.int64)
         return lambda values, n: _gather(value, null, np.repeat(positions, n), sub.default)
-    index = (
-        pd.Index(rows["__k0"].to_numpy())
-        if k == 1
-        else pd.MultiIndex.from_arrays([rows[f"__k{j}"].to_numpy() for j in range(k)])
-    )
+    if k == 1:  # an Index of objects hashes them as Python does
+        index = pd.Index(rows["__k0"].to_numpy())
+        return lambda values, n: _gather(
+            value, null, index.get_indexer(pd.Index(values[0])), sub.default
+        )
+    keys = [rows[f"__k{j}"].to_numpy(dtype=object) for j in range(k)]
 
     def lookup(values, n):
-        probe = pd.Index(values[0]) if k == 1 else pd.MultiIndex.from_arrays(values[:k])
-        return _gather(value, null, index.get_indexer(probe), sub.default)
+        # the subquery's keys and the probes coded together (a MultiIndex would factorize
+        # its strings as C strings: "a" and "a\x00" met)
+        both = [
+            np.concatenate([key, np.asarray(v, dtype=object)])
+            for key, v in zip(keys, values[:k], strict=True)
+        ]
+        codes = factorize_rows(both)
+        m = len(keys[0])
+        return _gather(value, null, pd.Index(codes[:m]).get_indexer(codes[m:]), sub.default)
 
     return lookup
 
@@ -207,39 +219,101 @@ def _range_sums(sub: SubqueryPlan, rows: pd.DataFrame, value: np.ndarray, values
             np.concatenate([rows[f"__k{j}"].to_numpy(dtype=object), np.asarray(values[j], object)])
             for j in range(k)
         ]
-        group = (
-            pd.MultiIndex.from_arrays(both).factorize()[0] if k > 1 else pd.factorize(both[0])[0]
-        )
+        group = factorize_rows(both)
     else:
         group = np.zeros(m + n, dtype=np.int64)
-    ranks = pd.factorize(np.concatenate([rows["__r"].to_numpy(), values[k]]), sort=True)[0]
+    ranks = factorize(np.concatenate([rows["__r"].to_numpy(), values[k]]), sort=True)[0]
     width = int(ranks.max()) + 2 if len(ranks) else 1
     key = group.astype(np.int64) * width + ranks
     order = np.argsort(key[:m], kind="stable")
     sorted_keys = key[:m][order]
-    prefix = np.concatenate([np.zeros(1, dtype=value.dtype), np.cumsum(value[order])])
     probe, start = key[m:], group[m:].astype(np.int64) * width
     low = np.searchsorted(sorted_keys, start, "left")
     high = np.searchsorted(sorted_keys, start + width, "left")
     op = sub.inequality
     cut = np.searchsorted(sorted_keys, probe, "right" if op in (">", "<=") else "left")
-    sums = prefix[high] - prefix[cut] if op in (">", ">=") else prefix[cut] - prefix[low]
-    return sums, None
+    lo, hi = (cut, high) if op in (">", ">=") else (low, cut)
+    return range_sums(value[order], lo, hi), None
 
 
 def _hidden_aggregate(function: str, values: np.ndarray, inverse: np.ndarray, m: int):
     """MIN/MAX or COUNT/SUM/AVG(DISTINCT) of ``values`` per group (``inverse``: group ids
-    0..m-1, every group present)."""
+    0..m-1, every group present); :class:`EvaluationError` for an integer SUM beyond
+    int64 or a float sum beyond the finite range."""
     if function in ("min", "max"):
         series = pd.Series(values).groupby(inverse, sort=True)
         return (series.min() if function == "min" else series.max()).to_numpy()
-    pairs = pd.DataFrame({"g": inverse, "v": values}).drop_duplicates()
-    grouped = pairs.groupby("g", sort=True)["v"]
+    groups, distinct = _distinct_pairs(values, inverse)
+    counts = np.bincount(groups, minlength=m).astype(np.int64)
     if function == "count_distinct":
-        return grouped.size().to_numpy().astype(np.int64)
-    if function == "sum_distinct":
-        return grouped.sum().to_numpy()
-    return grouped.mean().to_numpy().astype(np.float64)
+        return counts
+    sums = _group_sums(distinct, groups, m)
+    if function == "avg_distinct":
+        return mean(sums, counts)
+    if sums.dtype == object:
+        wide = [s for s in sums.tolist() if not INT64_MIN <= s <= INT64_MAX]
+        raise EvaluationError("overflows BIGINT", wide[0])
+    return sums
+
+
+def _distinct_pairs(values: np.ndarray, inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (group, value) pairs: their groups and values (hashed, not sorted)."""
+    codes, uniques = factorize(values)
+    k = max(len(uniques), 1)
+    pairs = pd.unique(inverse.astype(np.int64) * k + codes)
+    return pairs // k, uniques[pairs % k]
+
+
+def _group_sums(values: np.ndarray, groups: np.ndarray, m: int) -> np.ndarray:
+    """Per group (0..m-1, each present) the sum of its ``values``: integers exactly
+    (:func:`_int_sums`), floats as exactly as cheaply possible (:func:`_float_sums`)."""
+    magnitudes = np.bincount(groups, weights=np.abs(values.astype(np.float64)), minlength=m)
+    if values.dtype.kind == "f":
+        return _float_sums(values, groups, magnitudes)
+    return _int_sums(values, groups, magnitudes)
+
+
+def _int_sums(values: np.ndarray, groups: np.ndarray, magnitudes: np.ndarray) -> np.ndarray:
+    """int64 sums; the groups whose magnitudes reach 2**62 summed again in Python, as
+    Python ints (objects) if one of them leaves int64."""
+    sums = np.zeros(len(magnitudes), dtype=np.int64)
+    with np.errstate(over="ignore"):
+        np.add.at(sums, groups, values)
+    wide = np.flatnonzero(magnitudes >= 2.0**62)
+    if not wide.size:
+        return sums
+    exact = [sum(members) for members in _members(values, groups, wide)]
+    if all(INT64_MIN <= s <= INT64_MAX for s in exact):
+        sums[wide] = exact
+        return sums
+    out = sums.astype(object)
+    out[wide] = exact
+    return out
+
+
+#: a float sum whose magnitudes add up to this many times its own is summed exactly
+_CANCELLATION = 2.0**16
+
+
+def _float_sums(values: np.ndarray, groups: np.ndarray, magnitudes: np.ndarray) -> np.ndarray:
+    """Compensated sums (pandas' Kahan sums: DuckDB's are plain), exactly rounded
+    (``math.fsum``) where they cancel much; :class:`EvaluationError` for one leaving the
+    finite range."""
+    sums = pd.Series(values).groupby(groups, sort=True).sum().to_numpy()
+    if not np.isfinite(sums).all():
+        raise EvaluationError("leaves the finite range of DOUBLE", sums[~np.isfinite(sums)][0])
+    cancel = np.isfinite(magnitudes) & (magnitudes > _CANCELLATION * np.abs(sums))
+    exact = np.flatnonzero(cancel)
+    sums[exact] = [math.fsum(members) for members in _members(values, groups, exact)]
+    return sums
+
+
+def _members(values: np.ndarray, groups: np.ndarray, chosen: np.ndarray) -> list[list]:
+    """The values of each group of ``chosen`` (ascending), as Python objects."""
+    rows = np.flatnonzero(np.isin(groups, chosen))
+    rows = rows[np.argsort(groups[rows], kind="stable")]
+    bounds = [*np.searchsorted(groups[rows], chosen).tolist(), len(rows)]
+    return [values[rows[a:b]].tolist() for a, b in pairwise(bounds)]
 
 
 def _parts(payload) -> list[np.ndarray]:
@@ -346,7 +420,15 @@ class View:
         return columns_frame(self._current())
 
     def _current(self) -> dict[str, np.ndarray]:
-        """:meth:`to_pandas`'s rows as columns (what a diff of whole results compares)."""
+        """:meth:`to_pandas`'s rows as columns (what a diff of whole results compares);
+        :class:`RingmlError` for a value beyond its type (an inequality join sums on read,
+        and a result not kept is filtered on read)."""
+        try:
+            return self._read()
+        except EvaluationError as error:
+            raise RingmlError(f"view {self.name!r}: {error}") from None
+
+    def _read(self) -> dict[str, np.ndarray]:
         lookups = self._lookups()
         if self.range is not None:
             codes, components = self.range.read()
@@ -398,9 +480,24 @@ class View:
         for a in self._hidden_aggregates:
             column = codes[:, free.index(a.argument)]
             values = decoded(self.maintainer, a.argument, column, kinds[a.argument])
-            result.set_values(
-                a.slot, unique, _hidden_aggregate(a.function, values, inverse, len(unique))
-            )
+            try:
+                aggregated = _hidden_aggregate(a.function, values, inverse, len(unique))
+            except EvaluationError as error:
+                what = f"{a.text} {error} (a group's sum is {error.value!r})"
+                raise EvaluationError(what, error.value) from None
+            result.set_values(a.slot, unique, aggregated)
+
+    @property
+    def _checks_sums(self) -> bool:
+        """Whether the kept result of a collapsed view holds sums that may leave their range
+        (an integer SUM of its groups, SUM/AVG(DISTINCT)): a batch builds it if need be, so
+        that such a sum rejects the batch rather than fails a read."""
+        plan = self.plan
+        if not plan.collapsed or self.range is not None:  # no kept result
+            return False
+        return any(c.integer and c.lifted for c in plan.components) or any(
+            a.function in ("sum_distinct", "avg_distinct") for a in self._hidden_aggregates
+        )
 
     def _touched(self, result, codes, old: np.ndarray, new: np.ndarray, existed) -> None:
         """MIN/MAX/DISTINCT of the output groups the affected engine groups ``codes``
@@ -636,6 +733,12 @@ class View:
                 applied.append((self.maintainer, batches))
             if self._result is not None:
                 self._refresh(changed, before)
+            elif self._checks_sums:  # a sum out of range rejects the batch, not a read
+                self._result = self._rebuild()
+        except EvaluationError as error:  # e.g. a sum beyond BIGINT: the batch is rejected
+            _undo(applied)
+            self._invalidate()
+            raise BatchError(f"view {self.name!r}: {error}", None, None, error.value) from None
         except BaseException:
             _undo(applied)
             self._invalidate()
