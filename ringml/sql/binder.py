@@ -108,12 +108,13 @@ class Aggregates:
 class Binder:
     """Resolves and type-checks expressions of one SQL text (positions point into it)."""
 
-    def __init__(self, text: str, catalog: Catalog) -> None:
+    def __init__(self, text: str, catalog: Catalog, noun: str = "view") -> None:
         from sqlglot import exp
 
         self.exp = exp
         self.text = text
         self.catalog = catalog
+        self.noun = noun  # what the text defines: a view, or a query run once
 
     # ---------------------------------------------------------------- errors
     def pos(self, node: Any, keyword: str | None = None):
@@ -130,7 +131,7 @@ class Binder:
         """The error for ``what`` at ``node`` (at ``keyword`` when given); ``construct``
         names it (default: the keyword, else ``what``)."""
         return SqlUnsupportedError(
-            f"{what} is not supported in a view{'; ' + hint if hint else ''}",
+            f"{what} is not supported in a {self.noun}{'; ' + hint if hint else ''}",
             self.pos(node, keyword),
             construct or keyword or what,
         )
@@ -166,7 +167,7 @@ class Binder:
             require(operand, NUMBERS, "unary minus", pos)
             if isinstance(operand, Lit) and operand.value is not None:
                 return Lit(-operand.value, operand.type)
-            return Neg(operand)
+            return fold(Neg(operand))
         arith = {e.Add: "+", e.Sub: "-", e.Mul: "*", e.Div: "/"}
         if type(node) in arith:
             return self.arithmetic(arith[type(node)], node, context)
@@ -224,16 +225,19 @@ class Binder:
                 ir = self.coerce_literal(ir, x, v)
                 comparable(x, ir, "IN", self.pos(v))
                 values.append(ir)
-            return InList(x, tuple(values))
+            return fold(InList(x, tuple(values)))
         if isinstance(node, (e.Like, e.ILike)):
             x = self.expr(node.this, context)
             require(x, ("str",), "LIKE", pos)
             pattern = fold(self.expr(node.expression, context))
+            if isinstance(pattern, Lit) and pattern.value is None:  # x LIKE NULL: NULL
+                return Lit(None, "bool")
             if not (isinstance(pattern, Lit) and isinstance(pattern.value, str)):
                 raise self.unsupported("LIKE with a pattern that is not a string constant", node)
             if node.args.get("escape") is not None:
                 raise self.unsupported("LIKE ... ESCAPE", node, "ESCAPE")
-            return Like(x, pattern.value, bool(node.args.get("negate")), isinstance(node, e.Like))
+            negate = bool(node.args.get("negate"))
+            return fold(Like(x, pattern.value, negate, isinstance(node, e.Like)))
         if isinstance(node, e.Escape):
             raise self.unsupported("LIKE ... ESCAPE", node, "ESCAPE")
         if isinstance(node, e.Is):
@@ -529,9 +533,19 @@ class Binder:
         ir = self.expr(argument, inner)
         if function in ("sum", "avg", "sum_distinct", "avg_distinct"):
             require(ir, NUMBERS, name, self.pos(node))
-            if ir.kind == "null":
-                ir = Lit(None, "int")
+        if isinstance(ir, Lit) and ir.value is None:  # no value to aggregate in any group
+            return _of_nothing(function, ir.kind)
         return context.aggregates.add(function, ir, node)
+
+
+def _of_nothing(function: str, kind: str) -> Lit:
+    """An aggregate over NULL only: COUNT is 0, SUM, AVG, MIN and MAX NULL (of the
+    argument's kind; a BIGINT for the untyped NULL, a DOUBLE for AVG)."""
+    if function in ("count", "count_distinct"):
+        return Lit(0, "int")
+    if function in ("avg", "avg_distinct"):
+        return Lit(None, "float")
+    return Lit(None, "int" if kind == "null" else kind)
 
 
 def _flatten(node: Any, kind: type) -> list:

@@ -82,12 +82,14 @@ def type_kind(name: str) -> str:
 @dataclass(frozen=True)
 class TableSchema:
     """A table: its name, column names and their kinds, and its primary key columns
-    (``()``: none declared)."""
+    (``()``: none declared); ``nullable``: the columns that may hold NULL (a view's, read as
+    a table by a query; a base table's hold none)."""
 
     name: str
     columns: tuple[str, ...]
     types: tuple[str, ...]
     key: tuple[str, ...] = ()
+    nullable: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.columns:

@@ -6,7 +6,9 @@ The SPJA core: SELECT-FROM-WHERE-GROUP BY-HAVING-ORDER BY-LIMIT over inner joins
 and CTEs without aggregates (inlined).  WHERE/ON conjuncts that are selections on one FROM
 item or equalities between expressions of two items (joins: union-find of join terms, one
 query variable per class) run in the engine; items joined by no equality form a Cartesian
-product of connected pieces.  Group-by keys are expressions of one item.
+product of connected pieces.  Group-by keys are expressions of one item (a constant groups
+nothing; a key that can be NULL holds its kind's fill there, and its NULL indicator is a key
+of its own).
 ``COUNT``/``SUM``/``AVG`` take expressions over any items: each argument is expanded into a
 sum of products of per-item factors (NULLs tracked by a second such sum), so each distinct
 product becomes one ring component.
@@ -76,9 +78,10 @@ from .logical import (
 from .parse import DIALECT, parse_select
 
 
-def compile_view(sql: str, catalog: Catalog) -> ViewPlan:
-    """Compile a SELECT over ``catalog``'s tables into a view plan (nothing is changed)."""
-    return _Compiler(sql, catalog).compile()
+def compile_view(sql: str, catalog: Catalog, noun: str = "view") -> ViewPlan:
+    """Compile a SELECT over ``catalog``'s tables into a view plan (nothing is changed);
+    errors say what is not supported in a ``noun`` (a view, a query)."""
+    return _Compiler(sql, catalog, noun).compile()
 
 
 @dataclass
@@ -116,12 +119,8 @@ class _UnionFind:
 
 # ------------------------------------------------------------------------------ compiler
 class _Compiler(Binder):
-    def __init__(self, text: str, catalog: Catalog) -> None:
-        from sqlglot import exp
-
-        self.exp = exp
-        self.text = text
-        self.catalog = catalog
+    def __init__(self, text: str, catalog: Catalog, noun: str = "view") -> None:
+        super().__init__(text, catalog, noun)
         self.atoms: dict[str, _AtomState] = {}
         self.conjuncts: list[tuple[Expr, Any]] = []
         self.ctes: dict[str, tuple[Any, list[str]]] = {}
@@ -130,10 +129,15 @@ class _Compiler(Binder):
         self.factors: dict[Expr, str] = {}  # factor column -> variable
         self.keys: dict[str, str] = {}  # free variable -> kind
         self.key_terms: dict[Expr, str] = {}  # canonical term -> free variable
+        self.null_keys: dict[str, str] = {}  # nullable key variable -> its NULL indicator's
         self.counter = 0
         self.residuals: list[tuple[Expr, Any]] = []  # WHERE conjuncts read after the engine
         self.subqueries: list[SubqueryPlan] = []
         self.derived_tables: list[tuple[str, ViewPlan]] = []  # aggregate derived tables
+
+    def inner(self) -> _Compiler:
+        """A compiler of a subquery or derived table of this text."""
+        return _Compiler(self.text, self.catalog, self.noun)
 
     # ---------------------------------------------------------------- entry
     def compile(self, select: Any = None) -> ViewPlan:
@@ -178,7 +182,9 @@ class _Compiler(Binder):
             self.group_keys(group, scope, items, aliases)
         if distinct:
             for _, ir, node in items:
-                if len(ir.sources()) != 1 or ir.nullable:
+                if isinstance(ir, Lit):  # one value: splits no group
+                    continue
+                if len(ir.sources()) != 1:
                     raise self.unsupported(
                         f"DISTINCT over {ir.sql()} (not an expression of one table)",
                         node,
@@ -228,7 +234,7 @@ class _Compiler(Binder):
     def slots(self, ir: Expr) -> Expr:
         """A residual condition over key slots: each column a (hidden) key."""
         if isinstance(ir, Col) and ir.source:
-            return Col("", self.add_key(ir), ir.kind)
+            return self.key_slot(self.add_key(ir), ir)
         return ir.map(self.slots)
 
     def check_clauses(self, select: Any) -> None:
@@ -307,7 +313,7 @@ class _Compiler(Binder):
                     f"{side} OUTER JOIN",
                     join,
                     label.split()[0],
-                    "only inner joins keep a view maintainable this way",
+                    "only inner joins are maintained this way",
                     construct=f"{side} JOIN",
                 )
             if kind not in ("", "INNER", "CROSS"):
@@ -382,7 +388,7 @@ class _Compiler(Binder):
                 alias = alias or schema.name
                 engine_alias = prefix + alias
                 columns = {
-                    c: Col(engine_alias, c, k)
+                    c: Col(engine_alias, c, k, c in schema.nullable)
                     for c, k in zip(schema.columns, schema.types, strict=True)
                 }
                 if renames:
@@ -450,7 +456,7 @@ class _Compiler(Binder):
         return Item(alias, columns, node)
 
     def aggregate_table(self, body: Any, alias: str, prefix: str, renames, node) -> Item:
-        plan = _Compiler(self.text, self.catalog).compile(body.copy())
+        plan = self.inner().compile(body.copy())
         table = f"#d{len(self.derived_tables)}"
         self.derived_tables.append((table, plan))
         engine_alias = prefix + alias
@@ -543,7 +549,7 @@ class _Compiler(Binder):
         count = self.subquery(
             select, e.Count(this=e.Star()), [(inner, "=", node.this)], node, context
         )
-        return Cmp(">", count, Lit(0, "int"))
+        return self.null_operand(Cmp(">", count, Lit(0, "int")), select, node, context, False)
 
     def quantified_subquery(self, op: str, node: Any, context: Context) -> Expr:
         """``x op ALL/ANY (SELECT y ...)``: no row with ``NOT (x op y)`` / some row with
@@ -561,14 +567,27 @@ class _Compiler(Binder):
             star = e.Count(this=e.Star())
             rows = self.subquery(select, star, [], node, context)
             equal = self.subquery(select, star.copy(), [(inner, "=", node.this)], node, context)
-            return Cmp("=" if every else "<", equal, rows)
+            found = Cmp("=" if every else "<", equal, rows)
+            return self.null_operand(found, select, node, context, every)
         else:
             condition = _NEGATE[op] if every else op
         # ``x condition y`` is ``y flipped x``: the inner side first
         count = self.subquery(
             select, e.Count(this=e.Star()), [(inner, _FLIP[condition], node.this)], node, context
         )
-        return Cmp("=" if every else ">", count, Lit(0, "int"))
+        found = Cmp("=" if every else ">", count, Lit(0, "int"))
+        return self.null_operand(found, select, node, context, every)
+
+    def null_operand(self, found: Expr, select: Any, node: Any, context: Context, empty: bool):
+        """``x IN / op ALL / op ANY (select)``: ``found`` where ``x`` (``node.this``) is not
+        NULL; where it is, NULL -- ``empty`` when the subquery has no row."""
+        x = self.expr(node.this, Context(context.scope, None, "WHERE"))
+        if not x.nullable:
+            return found
+        rows = self.subquery(select, self.exp.Count(this=self.exp.Star()), [], node, context)
+        some = Cmp(">", rows, Lit(0, "int"))
+        unknown = Case(((some, Lit(None, "bool")),), Lit(empty, "bool"), "bool")
+        return Case(((IsNull(x), unknown),), found, "bool")
 
     def plain_subquery(self, select: Any, node: Any, word: str, columns: int | None) -> Any:
         e = self.exp
@@ -603,13 +622,14 @@ class _Compiler(Binder):
                 "IN",
                 construct="correlated grouped IN subquery",
             )
-        plan = _Compiler(self.text, self.catalog).compile(select.copy())
+        plan = self.inner().compile(select.copy())
         x = self.expr(node.this, Context(context.scope, None, "WHERE"))
         comparable(x, _output_expr(plan, 0), "IN (subquery)", self.pos(node))
         text = select.sql(dialect=DIALECT)
         self.subqueries.append(SubqueryPlan(plan, "in", 0, None, None, text))
         del e
-        return SubqueryRef(len(self.subqueries) - 1, (x,), "bool", False, text)
+        nulls = x.nullable or _output_expr(plan, 0).nullable  # three-valued membership
+        return SubqueryRef(len(self.subqueries) - 1, (x,), "bool", nulls, text)
 
     def correlations(self, select: Any) -> tuple[list, list]:
         """The conjuncts of ``select``'s WHERE without and with columns of the outer query
@@ -694,7 +714,8 @@ class _Compiler(Binder):
                 "SELECT",
                 construct="inequality-correlated subquery other than SUM/COUNT",
             )
-        keys = [i.copy() for i, _ in equalities] + [i.copy() for i, _, _ in inequalities]
+        inners = [i for i, _ in equalities] + [i for i, _, _ in inequalities]
+        keys = [i.copy() for i in inners]
         names = [f"__k{j}" for j in range(len(equalities))] + ["__r"] * len(inequalities)
         sub = select.copy()
         sub.set(
@@ -704,7 +725,14 @@ class _Compiler(Binder):
         )
         sub.set("where", e.Where(this=e.and_(*[c.copy() for c in local])) if local else None)
         sub.set("group", e.Group(expressions=[k.copy() for k in keys]) if keys else None)
-        plan = _Compiler(self.text, self.catalog).compile(sub)
+        plan = self.inner().compile(sub)
+        for j, inner in enumerate(inners):
+            if _output_expr(plan, j).nullable:  # its NULL group would meet no outer value
+                raise self.unsupported(
+                    f"a subquery correlated by {inner.sql(dialect=DIALECT)}, which can be NULL",
+                    inner,
+                    construct="correlation by a nullable expression",
+                )
         outer_context = Context(context.scope, None, "WHERE")
         args = []
         for _, op, outer in [(i, "=", o) for i, o in equalities] + inequalities:
@@ -863,15 +891,13 @@ class _Compiler(Binder):
                 raise SqlSemanticError(
                     "GROUP BY cannot hold an aggregate", self.pos(node), "GROUP BY"
                 )
+            if isinstance(ir, Lit):  # one value: splits no group
+                continue
             if len(ir.sources()) != 1:
                 raise self.unsupported(
                     f"GROUP BY {ir.sql()} (the key must be an expression of one table)",
                     node,
                     construct="GROUP BY over several tables",
-                )
-            if ir.nullable:
-                raise self.unsupported(
-                    f"GROUP BY {ir.sql()}, which can be NULL", node, construct="nullable GROUP BY"
                 )
             self.add_key(ir)
 
@@ -887,13 +913,25 @@ class _Compiler(Binder):
         return self.expr(node, Context(scope, None, "GROUP BY", aliases))
 
     def add_key(self, ir: Expr) -> str:
+        """The key variable of ``ir``; one that can be NULL holds its kind's fill there, and
+        a second key, ``ir IS NULL``, tells those rows apart."""
         canonical = self.canonical(ir)
         if canonical in self.key_terms:
             return self.key_terms[canonical]
         var = self.variable(ir)
         self.keys.setdefault(var, ir.kind)
         self.key_terms[canonical] = var
+        if ir.nullable:
+            self.null_keys[var] = self.add_key(IsNull(ir))
         return var
+
+    def key_slot(self, var: str, ir: Expr) -> Expr:
+        """The value of ``ir``'s key ``var`` after aggregation (NULL where it was)."""
+        slot = Col("", var, ir.kind)
+        if var not in self.null_keys:
+            return slot
+        null = Col("", self.null_keys[var], "bool")
+        return Case(((null, Lit(None, ir.kind)),), slot, ir.kind)
 
     def post(self, ir: Expr, create: bool, node: Any) -> Expr:
         """``ir`` over result slots: aggregates, keys (created in a bag projection)."""
@@ -905,12 +943,13 @@ class _Compiler(Binder):
             return ir.map(lambda child: self.post(child, create, node))
         has_aggregate = any(isinstance(n, AggRef) for n in ir.walk())
         sources = ir.sources()
-        if not has_aggregate and len(sources) == 1 and not ir.nullable:
+        if not has_aggregate and len(sources) == 1:
             var = self.key_terms.get(self.canonical(ir))
-            if var is None and create:
+            # a nullable expression is computed from its parts' keys, unless it is a column
+            if var is None and create and (not ir.nullable or isinstance(ir, Col)):
                 var = self.add_key(ir)
             if var is not None:
-                return Col("", var, ir.kind)
+                return self.key_slot(var, ir)
         if isinstance(ir, Col):
             raise SqlSemanticError(
                 f"column {ir.sql()} must appear in GROUP BY or be inside an aggregate",
@@ -999,11 +1038,10 @@ class _Compiler(Binder):
                 argument,
                 lambda what, construct, at=node: self.unsupported(what, at, construct=construct),
             )
-            counted = None if argument.nullable is False else terms(nonnull, node)
-            if function == "count":
-                plans.append(
-                    AggregatePlan(slot, "count", counted or ((1, COUNT),), None, "int", text)
-                )
+            counted = terms(nonnull, node) if argument.nullable else None
+            if function == "count":  # counted is () when no argument is ever non-NULL: 0
+                counts = ((1, COUNT),) if counted is None else counted
+                plans.append(AggregatePlan(slot, "count", counts, None, "int", text))
                 continue
             value_terms = terms(value, node)
             integer = (

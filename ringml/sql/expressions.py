@@ -10,7 +10,8 @@ AND/OR/NOT use three-valued logic, ``/`` is floating-point division (``x / 0`` i
 integer arithmetic that leaves int64 is an error.
 
 Evaluation returns ``(values, null)``: an array of the batch's length and a bool mask of its
-NULL rows (or None when there is none).
+NULL rows (or None when there is none).  A NULL row's value is a harmless one of its kind
+(the NULL literal's is FALSE), so whole-column operations never meet None.
 """
 
 from __future__ import annotations
@@ -34,15 +35,15 @@ DTYPES = {
     "str": np.dtype(object),
     "date": np.dtype("datetime64[ns]"),
     "bool": np.dtype(bool),
-    "null": np.dtype(object),
+    "null": np.dtype(bool),
 }
-_FILL = {
+FILL = {
     "int": 0,
     "float": 0.0,
     "str": "",
     "date": np.datetime64(0, "ns"),
     "bool": False,
-    "null": None,
+    "null": False,
 }
 _SQL_TYPE = {
     "int": "BIGINT",
@@ -78,7 +79,7 @@ class Expr:
 
     @property
     def nullable(self) -> bool:
-        """Whether some row may evaluate to NULL (table columns never hold NULL)."""
+        """Whether some row may evaluate to NULL (base table columns never hold NULL)."""
         return any(c.nullable for c in self.children())
 
     def children(self) -> tuple[Expr, ...]:
@@ -161,7 +162,9 @@ class Col(_TypedNullable):
     source: str
     name: str
     type: str
-    nulls: bool = False  # post-aggregation slots may hold NULL (SUM of no value)
+    # post-aggregation slots may hold NULL (SUM of no value), and so may the columns of a
+    # view read as a table (their values are then ``(values, null)`` pairs)
+    nulls: bool = False
 
     def sql(self) -> str:
         name = (
@@ -209,7 +212,7 @@ class Lit(_Typed):
 
     def evaluate(self, env, n):
         if self.value is None:
-            return np.full(n, None, dtype=object), np.ones(n, dtype=bool)
+            return np.full(n, FILL[self.type], dtype=DTYPES[self.type]), np.ones(n, dtype=bool)
         value = self.python()
         if self.type == "str":
             out = np.empty(n, dtype=object)
@@ -513,7 +516,7 @@ class Case(_Typed):
 
     def evaluate(self, env, n):
         if self.default is None:
-            out = np.full(n, _FILL[self.type], dtype=DTYPES[self.type])
+            out = np.full(n, FILL[self.type], dtype=DTYPES[self.type])
             null = np.ones(n, dtype=bool)
         else:
             v, vn = self.default.evaluate(env, n)
@@ -591,7 +594,7 @@ class Func(_Typed):
     def evaluate(self, env, n):
         values = [a.evaluate(env, n) for a in self.args]
         if self.name == "coalesce":
-            out = np.full(n, _FILL[self.type], dtype=DTYPES[self.type])
+            out = np.full(n, FILL[self.type], dtype=DTYPES[self.type])
             null = np.ones(n, dtype=bool)
             for v, vn in reversed(values):
                 take = np.ones(n, dtype=bool) if vn is None else ~vn
@@ -684,20 +687,16 @@ def _filled(values: np.ndarray, null: np.ndarray | None, kind: str) -> np.ndarra
     if null is None or not null.any():
         return values
     out = values.copy()
-    out[null] = _FILL.get(kind, 0) if kind != "null" else 0
+    out[null] = FILL[kind]
     return out
 
 
 def _as_kind(values: np.ndarray, kind: str) -> np.ndarray:
-    if kind == "null":
-        return values
     dtype = DTYPES[kind]
     if values.dtype == dtype:
         return values
-    if kind == "float" and values.dtype.kind == "O":  # an all-NULL branch
-        return np.zeros(values.shape[0], dtype=np.float64)
-    if values.dtype.kind == "O" and kind != "str":
-        return np.full(values.shape[0], _FILL[kind], dtype=dtype)
+    if values.dtype.kind == "O":  # NULLs as objects (a subquery's all-NULL column)
+        return np.full(values.shape[0], FILL[kind], dtype=dtype)
     return values.astype(dtype)
 
 
@@ -705,6 +704,13 @@ def truth(expr: Expr, env: Mapping[str, np.ndarray], n: int) -> np.ndarray:
     """The rows where a condition is TRUE (not FALSE, not NULL)."""
     v, null = expr.evaluate(env, n)
     return v if null is None else v & ~null
+
+
+def key_values(expr: Expr, env: Mapping[str, np.ndarray], n: int) -> np.ndarray:
+    """A key column's values, NULL rows holding their kind's fill (the compiler makes the
+    NULL indicator a key of its own)."""
+    v, null = expr.evaluate(env, n)
+    return _filled(v, null, expr.kind)
 
 
 def as_numbers(expr: Expr, env: Mapping[str, np.ndarray], n: int) -> np.ndarray:
@@ -794,7 +800,9 @@ def literal(value: Any) -> Lit:
 class SubqueryRef(_TypedNullable):
     """The value of the view's subquery ``index`` for each row: ``args`` are the outer
     values it is correlated with (one per equality, then the inequality's, if any).  A read
-    evaluates it with ``env["#s<index>"]``, a lookup into the subquery's maintained view."""
+    evaluates it with ``env["#s<index>"](values, null, n)``, a lookup into the subquery's
+    maintained view (``null``: the rows with a NULL argument, which no correlation holds
+    for)."""
 
     index: int
     args: tuple[Expr, ...]
@@ -806,12 +814,22 @@ class SubqueryRef(_TypedNullable):
         return f"({self.text})"
 
     def evaluate(self, env, n):
-        values = [a.evaluate(env, n)[0] for a in self.args]
-        return env[f"#s{self.index}"](values, n)
+        values, null = [], None
+        for arg in self.args:
+            v, vn = arg.evaluate(env, n)
+            values.append(v)
+            null = _or(null, vn)
+        return env[f"#s{self.index}"](values, null, n)
 
 
 def fold(expr: Expr) -> Expr:
-    """``expr`` as a literal when it reads no column (and evaluates without error)."""
+    """``expr`` as a literal when it reads no column (and evaluates without error) or is
+    NULL on every row (NULL propagates from a NULL literal operand); a CASE without the
+    WHENs whose condition is a constant."""
+    if _null_operand(expr):
+        return Lit(None, expr.kind)
+    if isinstance(expr, Case):
+        expr = _constant_whens(expr)
     if (
         isinstance(expr, Lit | Col | AggRef)
         or expr.columns()
@@ -827,7 +845,7 @@ def fold(expr: Expr) -> Expr:
     except (EvaluationError, ValueError, TypeError, OverflowError):
         return expr
     if null is not None and null[0]:
-        return Lit(None, "null") if expr.kind == "null" else Lit(None, expr.kind)
+        return Lit(None, expr.kind)
     value = values[0]
     if expr.kind == "date":
         return Lit(np.datetime64(value, "ns"), "date")
@@ -838,11 +856,41 @@ def fold(expr: Expr) -> Expr:
     return Lit(value, expr.kind)
 
 
+def _null_operand(expr: Expr) -> bool:
+    """Whether ``expr`` is NULL whenever an operand is, and one is the NULL literal."""
+    if isinstance(expr, InList):  # x IN (.., NULL) may hold: only x counts
+        operands = (expr.operand,)
+    elif isinstance(expr, Arith | Neg | DateShift | Cmp | Like | Extract | Cast | Not) or (
+        isinstance(expr, Func) and expr.name != "coalesce"
+    ):
+        operands = expr.children()
+    else:
+        return False
+    return any(isinstance(x, Lit) and x.value is None for x in operands)
+
+
+def _constant_whens(case: Case) -> Expr:
+    """``case`` without its WHENs of constant conditions: a FALSE or NULL one never holds,
+    a TRUE one's value is the ELSE of the WHENs before it."""
+    whens, default = [], case.default
+    for cond, value in case.whens:
+        if not isinstance(cond, Lit):
+            whens.append((cond, value))
+        elif cond.value is True:
+            default = value
+            break
+    if len(whens) == len(case.whens):
+        return case
+    if whens:
+        return Case(tuple(whens), default, case.type)
+    if default is None:
+        return Lit(None, case.type)
+    return default if default.kind == case.type else fold(Cast(default, case.type))
+
+
 def _exact_arith(expr: Arith) -> Lit | None:
     """Literal arithmetic in exact decimals (``.06 + 0.01`` is ``0.07``, as in DuckDB)."""
     a, b = expr.left.value, expr.right.value
-    if a is None or b is None:
-        return Lit(None, expr.kind)
     if not all(isinstance(x, int | decimal.Decimal) and not isinstance(x, bool) for x in (a, b)):
         return None
     da, db = decimal.Decimal(a), decimal.Decimal(b)

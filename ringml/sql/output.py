@@ -194,6 +194,8 @@ def _top_candidates(plan: ViewPlan, env: Aggregated, n: int, wanted: int) -> np.
 
 
 def _nullable(values: np.ndarray, null: np.ndarray | None, kind: str) -> np.ndarray:
+    if kind == "null":  # the NULL literal's column, also over no rows
+        return np.full(values.shape[0], None, dtype=object)
     if null is None or not null.any():
         return values
     if kind in ("int", "float"):
@@ -300,10 +302,12 @@ def row_changes(
         for dtype in (before[column].dtype, after[column].dtype):
             if values.dtype == dtype or not len(rows):
                 break
-            try:  # pandas' cast: NULLs (NaN) do not become integers
+            if dtype.kind == "b" and pd.isna(values).any():  # a NULL does not become False
+                continue
+            try:  # pandas' cast: NULLs (NaN) do not become integers, nor 2.0**63
                 values = pd.Series(values, copy=False).astype(dtype).to_numpy()
                 break
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 continue
         out[column] = values
     out[name] = net

@@ -27,10 +27,19 @@ from ..keyindex import KeyIndex
 from ..maintainer import STRATEGIES, Maintainer
 from ..rings.scalar import INT64_MAX, INT64_MIN
 from ..store import group_rows
-from .catalog import Catalog, TableSchema, parse_ddl
+from .catalog import Catalog, TableSchema, conform_column, parse_ddl
 from .compiler import compile_view
 from .errors import SqlNameError
-from .expressions import DTYPES, EvaluationError, Expr, SubqueryRef, as_numbers, truth
+from .expressions import (
+    DTYPES,
+    FILL,
+    EvaluationError,
+    Expr,
+    SubqueryRef,
+    as_numbers,
+    key_values,
+    truth,
+)
 from .logical import COUNT, HIDDEN_AGGREGATES, AtomPlan, SubqueryPlan, ViewPlan
 from .output import Aggregated, columns_frame, key_column, mean, row_changes, view_columns
 from .rangejoin import RangeJoin, range_join, range_sums
@@ -113,7 +122,7 @@ class _KeyedLookup:
     def __init__(self, sub: SubqueryPlan, view: View, before: bool) -> None:
         self._sub, self._view, self._before = sub, view, before
 
-    def __call__(self, values, n):
+    def __call__(self, values, null, n):
         view, sub = self._view, self._sub
         maintainer = view.maintainer
         free = list(maintainer.query.free)
@@ -122,6 +131,8 @@ class _KeyedLookup:
             or [np.zeros(n, dtype=np.int64)]
         ).reshape(n, len(free))
         found = (codes >= 0).all(axis=1)
+        if null is not None:  # a NULL key equals no key
+            found &= ~null
         codes = np.where(found[:, None], codes, 0)
         components = view._components(maintainer.groups(at=codes).payload)
         delta = view._delta
@@ -145,40 +156,39 @@ class _Lookup:
     def __init__(self, sub: SubqueryPlan, rows) -> None:
         self._sub, self._rows, self._lookup = sub, rows, None
 
-    def __call__(self, values, n):
+    def __call__(self, values, null, n):
         if self._lookup is None:
             rows = self._rows if isinstance(self._rows, pd.DataFrame) else self._rows.to_pandas()
             self._lookup = subquery_lookup(self._sub, rows)
-        return self._lookup(values, n)
+        return self._lookup(values, null, n)
 
 
 def subquery_lookup(sub: SubqueryPlan, rows: pd.DataFrame) -> Callable:
-    """``lookup(outer values, n) -> (values, null)``: the subquery's value for each outer
-    row, from the rows of its maintained view."""
+    """``lookup(outer values, null, n) -> (values, null)``: the subquery's value for each
+    outer row, from the rows of its maintained view (an outer row with a NULL correlation
+    value matches none)."""
     if sub.mode == "in":
-        members = rows.iloc[:, 0].to_numpy()
-
-        def member(values, n):
-            return pd.Index(values[0]).isin(members), None
-
-        return member
+        return _membership(rows.iloc[:, 0])
     k = sub.equalities
     value = rows["__v"].to_numpy()
     null = rows["__v"].isna().to_numpy()
     if sub.inequality is not None:
-        return lambda values, n: _range_sums(sub, rows, value, values, n)
+        return lambda values, absent, n: _range_sums(sub, rows, value, values, absent, n)
     if k == 0:
         found = len(rows) and rows["__n"].iloc[0] > 0
         positions = np.zeros(1, dtype=np.int64) if found else np.full(1, -1, dtype=np.int64)
-        return lambda values, n: _gather(value, null, np.repeat(positions, n), sub.default)
+        return lambda values, absent, n: _gather(value, null, np.repeat(positions, n), sub.default)
     if k == 1:  # an Index of objects hashes them as Python does
         index = pd.Index(rows["__k0"].to_numpy())
-        return lambda values, n: _gather(
-            value, null, index.get_indexer(pd.Index(values[0])), sub.default
-        )
+
+        def lookup(values, absent, n):
+            return _gather(value, null, _absent(index.get_indexer(pd.Index(values[0])), absent),
+                           sub.default)  # fmt: skip
+
+        return lookup
     keys = [rows[f"__k{j}"].to_numpy(dtype=object) for j in range(k)]
 
-    def lookup(values, n):
+    def lookup(values, absent, n):
         # the subquery's keys and the probes coded together (a MultiIndex would factorize
         # its strings as C strings: "a" and "a\x00" met)
         both = [
@@ -187,32 +197,62 @@ def subquery_lookup(sub: SubqueryPlan, rows: pd.DataFrame) -> Callable:
         ]
         codes = factorize_rows(both)
         m = len(keys[0])
-        return _gather(value, null, pd.Index(codes[:m]).get_indexer(codes[m:]), sub.default)
+        positions = _absent(pd.Index(codes[:m]).get_indexer(codes[m:]), absent)
+        return _gather(value, null, positions, sub.default)
 
     return lookup
 
 
+def _absent(positions: np.ndarray, absent: np.ndarray | None) -> np.ndarray:
+    """Probe positions with the rows whose correlation value is NULL matching nothing."""
+    if absent is not None:
+        positions[absent] = -1
+    return positions
+
+
+def _membership(members: pd.Series) -> Callable:
+    """``x IN (members)`` for each outer ``x``, three-valued: TRUE if found, else NULL when
+    ``x`` or a member is NULL (a NULL ``x`` IN no member: FALSE)."""
+    present = members.dropna().to_numpy()
+    some_null = bool(members.isna().any())
+
+    def member(values, absent, n):
+        hit = pd.Index(values[0]).isin(present)
+        unknown = ~hit if some_null else np.zeros(n, dtype=bool)
+        if absent is not None and len(members):
+            hit, unknown = hit & ~absent, unknown | absent
+        return hit, (unknown if unknown.any() else None)
+
+    return member
+
+
 def _gather(value: np.ndarray, null: np.ndarray, positions: np.ndarray, default):
-    """``value[positions]``, ``default`` where a position is -1 (no match)."""
+    """``value[positions]``, ``default`` where a position is -1 (no match); a NULL row
+    holds a harmless value (not NaN or None)."""
     found = positions >= 0
     fill = 0 if default is None else default
     if value.dtype.kind in "iufb":
         dtype = np.result_type(value.dtype, np.asarray(fill).dtype)
         out = np.full(positions.size, fill, dtype=dtype)
     elif value.dtype.kind == "M":
-        out = np.full(positions.size, np.datetime64(0, "ns"), dtype=value.dtype)
+        fill = np.datetime64(0, "ns")
+        out = np.full(positions.size, fill, dtype=value.dtype)
     else:
         out = np.full(positions.size, fill, dtype=object)
     out[found] = value[positions[found]]
     missing = ~found if default is None else np.zeros(positions.size, dtype=bool)
     missing[found] = null[positions[found]]
+    out[missing] = fill
     return out, (missing if missing.any() else None)
 
 
-def _range_sums(sub: SubqueryPlan, rows: pd.DataFrame, value: np.ndarray, values, n: int):
+def _range_sums(
+    sub: SubqueryPlan, rows: pd.DataFrame, value: np.ndarray, values, absent, n: int
+) -> tuple[np.ndarray, None]:
     """Per outer row, the sum of ``__v`` over the subquery's rows with its equality keys
-    and ``__r op x`` (``x``: the outer value of the inequality): one sort of the rows by
-    (keys, ``__r``), prefix sums, and binary searches (no loop over rows)."""
+    and ``__r op x`` (``x``: the outer value of the inequality; ``absent``: the rows with a
+    NULL correlation value, which sum no row): one sort of the rows by (keys, ``__r``),
+    prefix sums, and binary searches (no loop over rows)."""
     k, m = sub.equalities, len(rows)
     if k:
         both = [
@@ -233,7 +273,10 @@ def _range_sums(sub: SubqueryPlan, rows: pd.DataFrame, value: np.ndarray, values
     op = sub.inequality
     cut = np.searchsorted(sorted_keys, probe, "right" if op in (">", "<=") else "left")
     lo, hi = (cut, high) if op in (">", ">=") else (low, cut)
-    return range_sums(value[order], lo, hi), None
+    sums = range_sums(value[order], lo, hi)
+    if absent is not None:
+        sums[absent] = 0
+    return sums, None
 
 
 def _hidden_aggregate(function: str, values: np.ndarray, inverse: np.ndarray, m: int):
@@ -715,7 +758,7 @@ class View:
                 applied.extend(view._apply(changes, loading))
                 diff = view._changes(before)
                 if diff is not None and len(diff):
-                    rows = {c: diff[c].to_numpy() for c in diff.columns[:-1]}
+                    rows = table_columns(table, view.plan, diff)
                     derived[table] = (rows, diff[diff.columns[-1]].to_numpy(np.int64))
             batches = self.batches({**changes, **derived})
             if batches and self.range is not None:
@@ -794,8 +837,7 @@ def alias_rows(
             if numeric:
                 columns[name] = as_numbers(expression, env, n)
             else:
-                values, _ = expression.evaluate(env, n)
-                columns[name] = values
+                columns[name] = key_values(expression, env, n)
             _check_finite(expression, columns[name])
     except EvaluationError as error:
         raise BatchError(
@@ -827,8 +869,12 @@ class _Filtered(dict):
         super().__init__()
         self._columns, self._keep = columns, keep
 
-    def __missing__(self, name: str) -> np.ndarray:
-        value = self[name] = self._columns[name][self._keep]
+    def __missing__(self, name: str) -> np.ndarray | tuple:
+        column = self._columns[name]
+        if isinstance(column, tuple):  # a view's column with NULLs: (values, null)
+            value = self[name] = tuple(part[self._keep] for part in column)
+        else:
+            value = self[name] = column[self._keep]
         return value
 
 
@@ -1068,20 +1114,21 @@ class Database:
     # ---------------------------------------------------------------- warehouse mode
     def query(self, sql: str) -> pd.DataFrame:
         """Evaluate a SELECT once over the current tables (warehouse mode); views are read
-        as tables too (``SELECT ... FROM my_view WHERE ...``)."""
+        as tables too, their NULLs included (``SELECT ... FROM my_view WHERE ...``)."""
         catalog = self.catalog.copy()
-        schemas = {}
         for name, view in self._views.items():
-            kinds = tuple(_kind_of(o.expression.kind) for o in view.plan.outputs)
-            schemas[name] = TableSchema(name, view.columns, kinds)
-            catalog.add(schemas[name])
-        plan = compile_view(sql, catalog)
+            outputs = view.plan.outputs
+            kinds = tuple(_kind_of(o.expression.kind) for o in outputs)
+            nullable = tuple(o.name for o in outputs if o.expression.nullable)
+            catalog.add(TableSchema(name, view.columns, kinds, nullable=nullable))
+        plan = compile_view(sql, catalog, "query")
         contents = {}
         for table in plan.tables:
-            if table in schemas:  # a view: its current rows, as a table's
-                columns = schemas[table].conform_columns(self._views[table].to_pandas())
-                n = len(columns[schemas[table].columns[0]])
-                contents[table] = (columns, np.ones(n, dtype=np.int64))
+            if table in self._views:  # a view: its current rows, as a table's
+                view = self._views[table]
+                rows = view.to_pandas()
+                columns = table_columns(table, view.plan, rows)
+                contents[table] = (columns, np.ones(len(rows), dtype=np.int64))
             else:
                 contents[table] = self._tables[table].distinct()
         once = View("query", plan, "recompute")
@@ -1091,6 +1138,22 @@ class Database:
 
 def _kind_of(kind: str) -> str:
     return "int" if kind == "null" else kind
+
+
+def table_columns(name: str, plan: ViewPlan, rows: pd.DataFrame) -> dict:
+    """A view's rows (a frame of its output columns, maybe more) as the typed columns of a
+    table: a column holding NULLs is ``(values, null)``, its NULL rows the kind's fill."""
+    out = {}
+    for output in plan.outputs:
+        kind = _kind_of(output.expression.kind)
+        values = rows[output.name]
+        null = values.isna().to_numpy() if output.expression.nullable else None
+        if null is not None and null.any():
+            filled = conform_column(name, output.name, kind, values.mask(null, FILL[kind]))
+            out[output.name] = (filled, null)
+        else:
+            out[output.name] = conform_column(name, output.name, kind, values)
+    return out
 
 
 def _frame(rows, table: str) -> pd.DataFrame:
