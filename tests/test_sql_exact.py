@@ -148,6 +148,33 @@ def test_sums_over_an_inequality_beyond_bigint_fail_the_read(sql):
     assert_same_rows(view.to_pandas(), duckdb_rows(sql, tables))
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT SUM(R.a * S.b) AS total FROM R, S WHERE R.s < S.s",
+        "SELECT R.a FROM R WHERE R.a < (SELECT SUM(S.b) FROM S WHERE S.s < R.s)",
+    ],
+    ids=["join", "subquery"],
+)
+def test_a_subscribed_view_whose_diff_overflows_rejects_the_batch(sql):
+    """A subscriber's diff reads the view with the batch: a sum it cannot read rejects the
+    batch (every view and table as before, no callback) instead of failing after it."""
+    db = Database("CREATE TABLE R (s VARCHAR, a BIGINT); CREATE TABLE S (s VARCHAR, b BIGINT);")
+    view = db.create_view("v", sql)
+    diffs: list = []
+    view.subscribe(diffs.append)
+    db.insert("R", {"s": ["a", "z"], "a": [1, 2]})
+    db.insert("S", {"s": ["b", "c", "d"], "b": [B, B, -B]})
+    seen, before = len(diffs), view.to_pandas()
+    with pytest.raises(BatchError, match="view 'v': .*overflows BIGINT"):
+        db.insert("S", {"s": ["e"], "b": [B]})
+    assert len(diffs) == seen and len(db.table("S")) == 3
+    pd.testing.assert_frame_equal(view.to_pandas(), before)
+    db.insert("S", {"s": ["e"], "b": [-B]})
+    tables = {"R": db.table("R"), "S": db.table("S")}
+    assert_same_rows(view.to_pandas(), duckdb_rows(sql, tables))
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_double_sum_and_avg_distinct_are_exactly_rounded(strategy):
     """Group 1 cancels (DuckDB's plain sum of the distinct values loses the 1.5, or part of

@@ -1064,24 +1064,21 @@ class Database:
         if not changes:
             return
         try:
-            touched, before = self._apply_views(changes)
+            diffs = self._apply_views(changes)
         except BaseException:
             abandon_changes(self._tables, changes)
             raise
         for table, change in changes.items():
             self._tables[table].commit(change)
-        for view in touched:
-            if not view._subscribers:
-                continue
-            diff = view._changes(before[view.name])
+        for view, diff in diffs:
             if diff is not None and len(diff):
                 for subscription in list(view._subscribers):
                     subscription.callback(diff)
 
-    def _apply_views(self, changes: Mapping[str, TableChange]) -> tuple[list, dict]:
+    def _apply_views(self, changes: Mapping[str, TableChange]) -> list[tuple[View, object]]:
         """Feed checked table changes to every view reading a changed table (all views
-        unchanged if one fails); the views touched and, per view with subscribers, what
-        its diff compares with (:meth:`View._rows_before`)."""
+        unchanged if one fails, also if a subscribed view's diff cannot be read, e.g. a
+        sum read by an inequality join leaving int64); each subscribed view's diff."""
         for view in self._views.values():
             frozen = sorted(view.static & set(changes))
             if frozen:
@@ -1098,6 +1095,7 @@ class Database:
         try:
             for view in touched:
                 applied.extend(view._apply(typed))
+            diffs = [(v, v._changes(before[v.name])) for v in touched if v._subscribers]
         except BaseException as error:  # a rejection, a bug or an interrupt: no view changes
             _undo(applied)
             for view in touched:
@@ -1105,7 +1103,7 @@ class Database:
             if isinstance(error, BatchError) or not isinstance(error, RingmlError):
                 raise
             raise BatchError(str(error)) from error
-        return touched, before
+        return diffs
 
     def _check(self, batches: Sequence[UpdateBatch]) -> dict[str, TableChange]:
         """Type-check every batch and the deletes of every table (nothing changes)."""
