@@ -154,3 +154,29 @@ def test_sql_model_drops_the_base_rows_of_a_batch_its_engine_rejects(housing):
     model.partial_fit({"House": fresh})
     assert len(store.index) == keys + 3
     assert model.n_samples_seen_ > seen
+
+
+@pytest.mark.parametrize(
+    "sql, clause",
+    [
+        ("SELECT y, x FROM A JOIN B USING (k) WHERE A.x < B.z", "several tables"),
+        ("SELECT y, x FROM A JOIN B USING (k) WHERE A.x > 3 OR B.z < 1", "several tables"),
+        ("SELECT y, x FROM A WHERE A.k IN (SELECT k FROM B WHERE z > 1)", "subquery"),
+        ("SELECT y, x FROM A WHERE A.x > (SELECT AVG(z) FROM B)", "subquery"),
+        ("SELECT y, x FROM A JOIN (SELECT k, COUNT(*) AS c FROM B GROUP BY k) t USING (k)",
+         "derived table"),
+    ],
+)  # fmt: skip
+def test_training_queries_refuse_what_the_covariance_join_cannot_filter(sql, clause):
+    """Conditions over several tables, subqueries and aggregate derived tables were dropped
+    silently: the model fitted other rows than the query selects (all 6, or none)."""
+    catalog = Catalog(
+        "CREATE TABLE A (k INTEGER, x DOUBLE, y DOUBLE); CREATE TABLE B (k INTEGER, z DOUBLE)"
+    )
+    with pytest.raises(SqlUnsupportedError, match=clause):
+        JoinRegressor(sql, "y", solver="cholesky", catalog=catalog).fit(
+            {"A": pd.DataFrame({"k": [1, 2], "x": [0.0, 1.0], "y": [1.0, 2.0]}),
+             "B": pd.DataFrame({"k": [1, 2], "z": [0.5, 2.5]})}
+        )  # fmt: skip
+    with pytest.raises(SqlUnsupportedError, match=clause):
+        training_join(sql, catalog)

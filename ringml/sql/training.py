@@ -141,6 +141,11 @@ def training_join(sql: str, catalog: Catalog | object) -> TrainingJoin:
         ("GROUP BY, aggregates or DISTINCT", plan.grouped),
         ("ORDER BY", bool(plan.order)),
         ("LIMIT/OFFSET", plan.limit is not None or plan.offset > 0),
+        # the covariance query keeps each table's own filter and the equality joins only
+        ("a subquery in WHERE", bool(plan.subqueries)),
+        ("a condition over several tables other than an equality", plan.residual is not None),
+        ("a derived table with GROUP BY or aggregates", bool(plan.derived)),
+        ("a column the join keeps hidden", bool(plan.hidden)),
     ):
         if present:
             raise SqlUnsupportedError(
