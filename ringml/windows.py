@@ -65,6 +65,7 @@ import pandas as pd
 from .batch import UpdateBatch, as_frame
 from .encoding import Dictionary, factorize_rows
 from .errors import BatchError, InputTypeError, RingmlError, SchemaError
+from .rings.scalar import INT64_MAX
 
 __all__ = [
     "LateEventError",
@@ -213,6 +214,37 @@ class StreamTable:
         self.window = Window.parse(self.window)
 
 
+def _as_datetimes(values: pd.Series) -> pd.Series | None:
+    """An object column of dates, datetimes or ISO date texts as datetimes; None for
+    anything else (numbers, numeric texts)."""
+    inferred = pd.api.types.infer_dtype(values, skipna=True)
+    if inferred not in ("date", "datetime", "string"):
+        return None
+    if inferred == "string" and pd.to_numeric(values, errors="coerce").notna().all():
+        return None
+    try:
+        return pd.to_datetime(values, format="ISO8601")
+    except (ValueError, TypeError, OverflowError):
+        return None
+
+
+def _check_exact_numbers(table: str, column: str, values: pd.Series) -> None:
+    """Numeric event times are float64: integers beyond 2**53 would be rounded."""
+    if values.dtype.kind not in "iu" or not len(values):
+        return
+    big = np.flatnonzero(np.abs(values.to_numpy().astype(np.float64)) > 2.0**53)
+    if big.size:
+        value = values.iloc[int(big[0])]
+        raise BatchError(
+            f"stream table {table!r}, column {column!r}: event time {value!r} is an integer "
+            "beyond 2**53, which numeric event times (float64) would round; give such times "
+            "(e.g. epoch nanoseconds) as datetimes",
+            table,
+            column,
+            value,
+        )
+
+
 class _Clock:
     """Event times as numbers: float64 for numeric columns, int64 nanoseconds for datetimes
     (fixed by the first batch); durations and time points on the same scale (Python ints
@@ -223,6 +255,9 @@ class _Clock:
 
     def times(self, table: str, column: str, values: pd.Series) -> np.ndarray:
         kind = "datetime" if pd.api.types.is_datetime64_any_dtype(values) else "number"
+        dates = _as_datetimes(values) if values.dtype == object else None
+        if dates is not None:  # dates, datetimes or ISO texts (a DATE column's values)
+            values, kind = dates, "datetime"
         if kind == "number" and values.dtype.kind not in "iuf":
             numbers = pd.to_numeric(values, errors="coerce")
             bad = numbers.isna() & values.notna() | values.map(lambda v: isinstance(v, bool))
@@ -250,6 +285,7 @@ class _Clock:
             out = values.to_numpy("datetime64[ns]").view(np.int64)
             missing = values.isna().to_numpy()
         else:
+            _check_exact_numbers(table, column, values)
             out = values.to_numpy(np.float64)
             missing = ~np.isfinite(out)
         if missing.any():
@@ -619,7 +655,20 @@ class WindowedStream:
         origin = self._clock.point(spec.origin, "the origin")
         if isinstance(width, int) and isinstance(origin, int):  # nanoseconds: exact
             return (times - origin) // width
-        return np.floor((times - origin) / width).astype(np.int64)
+        with np.errstate(all="ignore"):
+            parts = np.floor((times - origin) / width)
+        beyond = ~(np.abs(parts) < 2.0**62)
+        if beyond.any():
+            at = int(np.flatnonzero(beyond)[0])
+            raise BatchError(
+                f"stream column {spec.time_column!r}: event time {float(times[at])!r} lies "
+                f"{float(parts[at])!r} partitions of width {width!r} from the origin, beyond "
+                "int64 partition numbers",
+                None,
+                spec.time_column,
+                float(times[at]),
+            )
+        return parts.astype(np.int64)
 
     def _expired_through(self, table: str, watermark: float | int) -> float | int:
         """The largest partition id a RANGE window has expired at ``watermark`` (partition
@@ -681,6 +730,10 @@ class WindowedStream:
                 spec.time_column,
             )
         times = self._clock.times(batch.relation, spec.time_column, frame[spec.time_column])
+        if frame[spec.time_column].dtype == object and self._clock.kind == "datetime":
+            # dates or ISO texts: kept as the datetimes they are, so that the rows of
+            # several batches (texts, dates, timestamps) stack as one column of one type
+            frame = frame.assign(**{spec.time_column: times.view("datetime64[ns]")})
         is_late = times < self._watermark
         if is_late.any():
             at = int(np.flatnonzero(is_late)[0])
@@ -943,7 +996,17 @@ class MinMaxView:
         if pd.api.types.is_datetime64_any_dtype(column):
             return column.to_numpy("datetime64[ns]").view(np.int64), present, "datetime"
         if column.dtype.kind in "iu":
-            return column.to_numpy().astype(np.int64, copy=False), present, "int"
+            data = column.to_numpy()
+            if data.dtype.kind == "u" and data.size and int(data.max()) > INT64_MAX:
+                value = int(data.max())
+                raise BatchError(
+                    f"{self.name}: relation {self.relation!r}, column {name!r}: value "
+                    f"{value!r} does not fit int64",
+                    self.relation,
+                    name,
+                    value,
+                )
+            return data.astype(np.int64, copy=False), present, "int"
         if column.dtype.kind == "f" or column.dtype == object:
             numbers = pd.to_numeric(column, errors="coerce").to_numpy(np.float64)
             bad = present & ~np.isfinite(numbers)

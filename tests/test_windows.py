@@ -985,3 +985,57 @@ def test_pattern_view_keys_differing_by_a_nul_character_are_two_keys():
     stream.insert("S", {"ts": [0.0, 0.5], "key": ["k", "k\x00"], "x": [1.0, 2.0]})
     stream.advance_watermark(1)
     assert view.result()["key"].tolist() == ["k", "k\x00"]
+
+
+@pytest.mark.parametrize(
+    "ts, width, window",
+    [(1e19, 1, "RANGE 5"), (1.0, 1e-300, "RANGE 1e-299"), (2.0e9, 1e-10, "RANGE 1e-9")],
+)
+def test_partition_numbers_beyond_int64_are_refused_not_dropped(ts, width, window):
+    """floor(t / width) beyond int64 wrapped, and the newest event counted as expired."""
+    m = Maintainer(Query({"S": ["ts", "g", "v"]}, RealRing(["v"]), free=["g"]))
+    stream = WindowedStream(m, {"S": StreamTable("ts", partition=width, window=window)})
+    with pytest.raises(BatchError, match="beyond int64 partition numbers"):
+        stream.insert("S", pd.DataFrame({"ts": [ts], "g": ["a"], "v": [1.0]}))
+    stream.insert("S", pd.DataFrame({"ts": [0.0], "g": ["a"], "v": [1.0]}))
+    assert m.result() == {("a",): 1.0}
+
+
+def test_integer_event_times_beyond_2_53_are_refused_and_fine_as_datetimes():
+    """Numeric event times are float64: epoch nanoseconds were rounded into the previous
+    partition and an expired event stayed in its window."""
+    W = 60_000_000_000
+    t0 = 28_333_334 * W
+    m = Maintainer(Query({"S": ["ts", "g", "v"]}, RealRing(["v"]), free=["g"]))
+    stream = WindowedStream(m, {"S": StreamTable("ts", partition=W, window=f"RANGE {W}")})
+    with pytest.raises(BatchError, match="beyond 2\\*\\*53.*as datetimes"):
+        stream.insert("S", pd.DataFrame({"ts": np.array([t0 - 1]), "g": ["old"], "v": [1.0]}))
+    m2 = Maintainer(Query({"S": ["ts", "g", "v"]}, RealRing(["v"]), free=["g"]))
+    on_time = {"S": StreamTable("ts", partition="1 MINUTE", window="RANGE 1 MINUTE")}
+    stream2 = WindowedStream(m2, on_time)
+    stream2.insert("S", pd.DataFrame({"ts": pd.to_datetime([t0 - 1]), "g": ["old"], "v": [1.0]}))
+    stream2.insert("S", pd.DataFrame({"ts": pd.to_datetime([t0 + W]), "g": ["new"], "v": [2.0]}))
+    assert m2.result() == {("new",): 2.0}
+
+
+def test_min_max_views_refuse_unsigned_values_beyond_int64():
+    view = MinMaxView("R", values=["x"], by=["g"])
+    big = pd.DataFrame({"g": ["a", "a"], "x": np.array([1, 2**63 + 5], np.uint64)})
+    with pytest.raises(BatchError, match="does not fit int64"):
+        view.apply(UpdateBatch.inserts("R", big))
+    view.apply(UpdateBatch.inserts("R", pd.DataFrame({"g": ["a"], "x": np.array([7], np.uint64)})))
+    assert view.result()["max_x"].tolist() == [7]
+
+
+def test_date_stream_tables_take_the_values_a_date_table_takes():
+    """datetime.date objects and ISO texts were 'neither a number nor a datetime'."""
+    import datetime
+
+    db = StreamDatabase()
+    db.create_stream_table("CREATE TABLE S (day DATE, v DOUBLE)", "day", "1 DAY")
+    view = db.create_view("w", "SELECT SUM(v) AS s FROM S", window="RANGE 2 DAYS")
+    db.insert("S", {"day": [datetime.date(2024, 1, 1)], "v": [1.0]})
+    db.insert("S", {"day": ["2024-01-02"], "v": [2.0]})
+    assert view.to_pandas()["s"].tolist() == [3.0]
+    db.insert("S", {"day": [pd.Timestamp("2024-01-05")], "v": [4.0]})
+    assert view.to_pandas()["s"].tolist() == [4.0]
