@@ -262,7 +262,9 @@ class Binder:
             return self.extract(node, context)
         if isinstance(node, e.Anonymous) and node.name.lower() in ("date_part", "datepart"):
             return self.extract(node, context)
-        if isinstance(node, (e.Cast, e.TryCast)):
+        if isinstance(node, e.TryCast):  # (a subclass of Cast)
+            raise self.unsupported("TRY_CAST (NULL where the cast fails)", node, "TRY_CAST")
+        if isinstance(node, e.Cast):
             return self.cast(node, context)
         if isinstance(node, e.Interval):
             raise self.unsupported(
@@ -452,8 +454,10 @@ class Binder:
         except SqlTypeError:
             raise self.unsupported(f"CAST to {target}", node, "CAST") from None
         operand = self.expr(node.this, context)
+        # a DATE (not a TIMESTAMP) is the day of its value
+        day = kind == "date" and target.upper() in ("DATE", "DATE32")
         if isinstance(operand, Lit) and operand.type == "str" and kind == "date":
-            return date_literal(operand.value, self.pos(node))
+            return date_literal(operand.value, self.pos(node), day)
         allowed = {
             "int": ("int", "float", "str", "bool"),
             "float": ("int", "float", "str", "bool"),
@@ -462,9 +466,7 @@ class Binder:
             "bool": ("bool",),
         }[kind]
         require(operand, allowed, f"CAST to {target}", self.pos(node))
-        if operand.kind == "bool" and kind in NUMBERS:
-            return Case(((operand, Lit(1, "int")),), Lit(0, "int"), "int")
-        return fold(Cast(operand, kind))
+        return fold(Cast(operand, kind, day))
 
     def function(self, node: Any, context: Context) -> Expr:
         e = self.exp

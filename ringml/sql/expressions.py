@@ -252,18 +252,35 @@ class Arith(Expr):
         null = _or(ln, rn)
         if self.kind == "int":
             lv, rv = lv.astype(np.int64, copy=False), rv.astype(np.int64, copy=False)
-            approx = _OPS[self.op](lv.astype(np.float64), rv.astype(np.float64))
-            big = np.abs(approx) >= 2.0**63
+            with np.errstate(over="ignore"):
+                out = _OPS[self.op](lv, rv)
+            big = _wrapped(self.op, lv, rv, out)
             if null is not None:
                 big &= ~null
             if big.any():
                 at = int(np.flatnonzero(big)[0])
                 raise EvaluationError(f"{self.sql()} overflows BIGINT", (lv[at], rv[at]))
-            with np.errstate(over="ignore"):
-                return _OPS[self.op](lv, rv), null
+            return out, null
         with np.errstate(all="ignore"):
             out = _OPS[self.op](lv.astype(np.float64), rv.astype(np.float64))
         return out, null
+
+
+def _wrapped(op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Where int64 ``a op b`` wrapped around (``out``: the wrapped results), exactly."""
+    if op == "+":
+        return ((a ^ out) & (b ^ out)) < 0
+    if op == "-":
+        return ((a ^ b) & (a ^ out)) < 0
+    suspicious = np.abs(a.astype(np.float64) * b.astype(np.float64)) >= 2.0**62
+    if not suspicious.any():
+        return suspicious
+    with np.errstate(all="ignore"):
+        nonzero = b != 0
+        back = np.floor_divide(out, np.where(nonzero, b, 1))
+    low = np.iinfo(np.int64).min
+    wrong = nonzero & (back != a) | ((a == low) & (b == -1)) | ((b == low) & (a == -1))
+    return suspicious & wrong
 
 
 _OPS: dict[str, Callable] = {
@@ -617,9 +634,7 @@ class Func(_Typed):
         if self.name == "substring":  # 1-based start, optional length (literals)
             start = int(values[1][0][0]) if n else 1
             length = int(values[2][0][0]) if len(values) > 2 and n else None
-            begin = max(start - 1, 0)
-            end = None if length is None else max(start - 1 + length, 0)
-            return text.slice(begin, end).to_numpy(dtype=object), null
+            return text.slice(*_substring_bounds(start, length)).to_numpy(dtype=object), null
         raise AssertionError(self.name)
 
 
@@ -629,14 +644,16 @@ class Cast(_Typed):
 
     operand: Expr
     type: str
+    day: bool = False  # a DATE: the day of the value (a TIMESTAMP keeps its time)
 
     def sql(self) -> str:
-        return f"CAST({self.operand.sql()} AS {_SQL_TYPE[self.type]})"
+        target = "TIMESTAMP" if self.type == "date" and not self.day else _SQL_TYPE[self.type]
+        return f"CAST({self.operand.sql()} AS {target})"
 
     def evaluate(self, env, n):
         v, null = self.operand.evaluate(env, n)
         source = self.operand.kind
-        if source == self.type:
+        if source == self.type and not self.day:
             return v, null
         try:
             if self.type == "float":
@@ -644,14 +661,18 @@ class Cast(_Typed):
                     dtype=np.float64
                 ), null
             if self.type == "int":
+                if source == "str":
+                    return _text_to_int(self.sql(), _filled(v, null, source)), null
                 x = pd.to_numeric(pd.Series(_filled(v, null, source))).to_numpy()
-                if x.dtype.kind == "f":  # DuckDB rounds half away from zero
-                    x = np.trunc(x + np.copysign(0.5, x))
-                    if np.any(np.abs(x) >= 2.0**63):
+                if x.dtype.kind == "f":
+                    # DuckDB rounds a DOUBLE half to even, a decimal literal half away from 0
+                    x = _round_half_away(x) if isinstance(self.operand, Lit) else np.rint(x)
+                    if not np.all(np.abs(x) < 2.0**63):
                         raise EvaluationError(f"{self.sql()} overflows BIGINT")
                 return x.astype(np.int64), null
             if self.type == "date":
                 out = pd.to_datetime(pd.Series(_filled(v, null, source)), format="ISO8601")
+                out = out.dt.floor("D") if self.day else out
                 return out.to_numpy().astype("datetime64[ns]"), null
             if self.type == "str":
                 return np.asarray(pd.Series(v).astype(str), dtype=object), null
@@ -674,6 +695,56 @@ class AggRef(_TypedNullable):
 
 
 # ------------------------------------------------------------------------------ helpers
+def _substring_bounds(start: int, length: int | None) -> tuple[int | None, int | None]:
+    """DuckDB's ``substring(s, start, length)`` as one Python slice of every string: a
+    negative start counts from the end, a negative length takes the characters before
+    ``start``; the slice's negative bounds count from each string's own end."""
+    if start < 0:  # offsets from the end: Python's negative indices
+        begin, end = start, None if length is None else start + length
+        if length is not None and length < 0:
+            begin, end = start + length, start
+        return begin, None if end is None or end >= 0 else end
+    begin = start - 1  # 0-based; start 0 is the position before the first character
+    end = None if length is None else begin + length
+    if length is not None and length < 0:
+        begin, end = begin + length, begin
+    return max(begin, 0), None if end is None else max(end, 0)
+
+
+def _round_half_away(x: np.ndarray) -> np.ndarray:
+    """Round to integers, halves away from zero (``x - trunc(x)`` is exact)."""
+    whole = np.trunc(x)
+    return np.where(np.abs(x - whole) >= 0.5, whole + np.sign(x), whole)
+
+
+_WHOLE = r"\s*[+-]?\d+\s*"
+
+
+def _text_to_int(what: str, text: np.ndarray) -> np.ndarray:
+    """``CAST(text AS BIGINT)``: whole numbers exactly, others rounded half away from zero
+    (exactly, by their digits, where a float would not hold them)."""
+    series = pd.Series(text, dtype=object)
+    whole = series.str.fullmatch(_WHOLE).fillna(False).to_numpy(dtype=bool)
+    out = np.zeros(len(series), dtype=np.int64)
+    values = [int(t) for t in series[whole]] if whole.any() else []
+    if any(not -(2**63) <= x < 2**63 for x in values):
+        raise EvaluationError(f"{what} overflows BIGINT")
+    out[whole] = values
+    if not whole.all():
+        floats = pd.to_numeric(series[~whole]).to_numpy(dtype=np.float64)
+        rounded = _round_half_away(floats)
+        if not np.all(np.abs(rounded) < 2.0**63):
+            raise EvaluationError(f"{what} overflows BIGINT")
+        wide = np.abs(floats) >= 2.0**52  # beyond the floats' integers: by the digits
+        if wide.any():
+            half_up = decimal.ROUND_HALF_UP
+            digits = series[~whole].to_numpy()[wide]
+            rounded = rounded.astype(object)
+            rounded[wide] = [int(decimal.Decimal(t.strip()).quantize(1, half_up)) for t in digits]
+        out[~whole] = rounded
+    return out
+
+
 def _or(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
     if a is None:
         return b
@@ -762,14 +833,16 @@ def require(expr: Expr, kinds: tuple[str, ...], what: str, position=None) -> Non
         raise SqlTypeError(f"{what} needs {wanted}, got {_describe(expr)}", position, what)
 
 
-def date_literal(text: str, position=None) -> Lit:
-    """A DATE/TIMESTAMP literal from its text."""
+def date_literal(text: str, position=None, day: bool = False) -> Lit:
+    """A DATE/TIMESTAMP literal from its text (``day``: a DATE, the day of the text)."""
     try:
         stamp = pd.Timestamp(text)
     except (ValueError, TypeError):
         raise SqlTypeError(f"{text!r} is not a date", position, text) from None
     if stamp is pd.NaT or stamp.tzinfo is not None:
         raise SqlTypeError(f"{text!r} is not a date without time zone", position, text)
+    if day:
+        stamp = stamp.floor("D")
     return Lit(np.datetime64(stamp.to_datetime64(), "ns"), "date")
 
 
