@@ -107,3 +107,13 @@ def test_try_cast_is_refused_by_name_not_taken_for_cast():
     db = Database(SCHEMA)
     with pytest.raises(SqlUnsupportedError, match="TRY_CAST"):
         db.create_view("v", "SELECT TRY_CAST(s AS BIGINT) AS c FROM R")
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_bigint_compares_with_a_decimal_literal_exactly(strategy):
+    """Through DOUBLE, 2**53 + 1 equalled 9007199254740992.0."""
+    values = frame(a=[9007199254740993, 9007199254740992, 2, 3, -2, -3, 0, 2**62])
+    for op in ("=", "<>", "<", "<=", ">", ">="):
+        for literal in ("9007199254740992.0", "2.5", "-2.5", "2.0", "-0.5"):
+            same_as_duckdb(f"SELECT a FROM R WHERE a {op} {literal}", values, strategy)
+            same_as_duckdb(f"SELECT a FROM R WHERE {literal} {op} a", values, strategy)

@@ -386,6 +386,10 @@ class Binder:
         left = self.coerce_literal(left, right, node)
         right = self.coerce_literal(right, left, node)
         comparable(left, right, f"the comparison {op}", self.pos(node))
+        if _decimal(left) and right.kind == "int":  # the literal on the right
+            op, left, right = _MIRROR[op], right, left
+        if _decimal(right) and left.kind == "int":
+            return fold(_integer_comparison(op, left, right.value))
         return fold(Cmp(op, left, right))
 
     def case(self, node: Any, context: Context) -> Expr:
@@ -559,3 +563,30 @@ def _flatten(node: Any, kind: type) -> list:
         else:
             out.append(side)
     return out
+
+
+_MIRROR = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _decimal(expression: Expr) -> bool:
+    """A non-NULL decimal literal within BIGINT's range (compared with BIGINT exactly)."""
+    return (
+        isinstance(expression, Lit)
+        and expression.type == "float"
+        and isinstance(expression.value, decimal.Decimal)
+        and expression.value.is_finite()
+        and abs(expression.value) < 2**63 - 1
+    )
+
+
+def _integer_comparison(op: str, x: Expr, value: decimal.Decimal) -> Expr:
+    """``x op value`` for a BIGINT ``x`` as DuckDB compares it with a DECIMAL: exactly (in
+    DOUBLE, 2**53 + 1 equalled 9007199254740992.0)."""
+    floor = int(value.to_integral_value(decimal.ROUND_FLOOR))
+    if floor == value:
+        return Cmp(op, x, Lit(floor, "int"))
+    ceiling = floor + 1
+    if op in ("=", "<>"):  # never equal: x <> x is FALSE (= x = x is TRUE), NULL for NULL
+        return Cmp("<>" if op == "=" else "=", x, x)
+    bound = ceiling if op in ("<", ">=") else floor  # x < 2.5 is x < 3, x <= 2.5 is x <= 2
+    return Cmp(op, x, Lit(bound, "int"))
