@@ -61,8 +61,14 @@ def test_double_to_bigint_rounds_half_to_even_and_decimal_literals_half_away(str
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_text_to_bigint_is_exact_whatever_else_the_batch_holds(strategy):
     """One non-integral text made the whole column float64: 2**53 + 1 came back even."""
-    texts = ["9007199254740993", "2.5", "12345678901234567.4", " -42 ", "+7", "-2.5"]
+    texts = ["9007199254740993", "2.5", "12345678901234567.4", " -42 ", "+7", "-2.5",
+             "9223372036854775807", "-9223372036854775808"]  # fmt: skip
     same_as_duckdb("SELECT s, CAST(s AS BIGINT) AS c FROM R", frame(s=texts), strategy)
+    db = Database(SCHEMA)
+    db.create_view("v", "SELECT CAST(s AS BIGINT) AS c FROM R", strategy=strategy)
+    for beyond in ("9223372036854775808", "-9223372036854775809", "18446744073709551616"):
+        with pytest.raises(BatchError, match="overflows BIGINT"):
+            db.insert("R", frame(s=[beyond]).to_dict("list"))
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

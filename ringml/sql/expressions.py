@@ -726,10 +726,14 @@ def _text_to_int(what: str, text: np.ndarray) -> np.ndarray:
     series = pd.Series(text, dtype=object)
     whole = series.str.fullmatch(_WHOLE).fillna(False).to_numpy(dtype=bool)
     out = np.zeros(len(series), dtype=np.int64)
-    values = [int(t) for t in series[whole]] if whole.any() else []
-    if any(not -(2**63) <= x < 2**63 for x in values):
-        raise EvaluationError(f"{what} overflows BIGINT")
-    out[whole] = values
+    if whole.any():
+        try:
+            values = pd.to_numeric(series[whole]).to_numpy()
+        except ValueError:  # "Integer out of range"
+            values = np.zeros(0, dtype=np.uint64)
+        if values.dtype != np.int64:  # beyond int64 (pandas went unsigned, or refused)
+            raise EvaluationError(f"{what} overflows BIGINT")
+        out[whole] = values
     if not whole.all():
         floats = pd.to_numeric(series[~whole]).to_numpy(dtype=np.float64)
         rounded = _round_half_away(floats)
