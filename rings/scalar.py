@@ -39,6 +39,7 @@ __all__ = [
     "checked_mul_sum",
     "checked_neg",
     "checked_sum_by",
+    "int64_wrapped",
 ]
 
 INT64_MIN = int(np.iinfo(np.int64).min)
@@ -54,11 +55,30 @@ def _overflow(what: str) -> RingError:
     return RingError(f"int64 overflow in {what}: batched integers must lie in [-2**63, 2**63-1]")
 
 
+def int64_wrapped(op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Where the int64 ``a op b`` (``op`` one of ``+ - *``; ``out``: the results as numpy
+    computed them, wrapping around) left int64, exactly: sign tests for sums and
+    differences; for products a float bound, and where it reaches ``2**62`` the test
+    ``out // b == a``."""
+    if op == "+":
+        return ((a ^ out) & (b ^ out)) < 0
+    if op == "-":
+        return ((a ^ b) & (a ^ out)) < 0
+    suspicious = np.abs(a.astype(np.float64) * b.astype(np.float64)) >= _SAFE_MAGNITUDE
+    if not suspicious.any():
+        return suspicious
+    with np.errstate(all="ignore"):
+        nonzero = b != 0
+        wrong = nonzero & (np.floor_divide(out, np.where(nonzero, b, 1)) != a)
+    wrong |= ((a == INT64_MIN) & (b == -1)) | ((b == INT64_MIN) & (a == -1))
+    return suspicious & wrong
+
+
 def checked_add(a: np.ndarray, b: np.ndarray, what: str = "addition") -> np.ndarray:
     """``a + b`` on int64 arrays; :class:`RingError` on overflow (sign test, no wrap-around)."""
     with np.errstate(over="ignore"):
         s = np.add(a, b, dtype=np.int64)
-    if s.size and ((a ^ s) & (b ^ s)).min(initial=0) < 0:
+    if s.size and int64_wrapped("+", a, b, s).any():
         raise _overflow(what)
     return s
 
@@ -80,15 +100,8 @@ def checked_mul(a: np.ndarray, b: np.ndarray, what: str = "multiplication") -> n
     b = np.asarray(b, dtype=np.int64)
     with np.errstate(over="ignore"):
         p = np.multiply(a, b)
-    if p.size:
-        est = np.abs(a.astype(np.float64) * b.astype(np.float64))
-        if est.max() >= _SAFE_MAGNITUDE:
-            with np.errstate(all="ignore"):
-                nz = b != 0
-                bad = nz & (np.floor_divide(p, np.where(nz, b, 1)) != a)
-                bad |= ((a == INT64_MIN) & (b == -1)) | ((b == INT64_MIN) & (a == -1))
-            if bad.any():
-                raise _overflow(what)
+    if p.size and int64_wrapped("*", a, b, p).any():
+        raise _overflow(what)
     return p
 
 
@@ -449,7 +462,7 @@ class IntegerRing(_NumericRing):
         a, b = self._pair(a, b)
         with np.errstate(over="ignore"):
             s = np.subtract(a, b)
-        if s.size and ((a ^ b) & (a ^ s)).min(initial=0) < 0:
+        if s.size and int64_wrapped("-", a, b, s).any():
             raise _overflow("subtraction")
         return s
 

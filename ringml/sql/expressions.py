@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..rings.scalar import int64_wrapped
 from .errors import SqlTypeError, SqlUnsupportedError
 
 NUMBERS = ("int", "float")
@@ -254,7 +255,7 @@ class Arith(Expr):
             lv, rv = lv.astype(np.int64, copy=False), rv.astype(np.int64, copy=False)
             with np.errstate(over="ignore"):
                 out = _OPS[self.op](lv, rv)
-            big = _wrapped(self.op, lv, rv, out)
+            big = int64_wrapped(self.op, lv, rv, out)
             if null is not None:
                 big &= ~null
             if big.any():
@@ -264,23 +265,6 @@ class Arith(Expr):
         with np.errstate(all="ignore"):
             out = _OPS[self.op](lv.astype(np.float64), rv.astype(np.float64))
         return out, null
-
-
-def _wrapped(op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """Where int64 ``a op b`` wrapped around (``out``: the wrapped results), exactly."""
-    if op == "+":
-        return ((a ^ out) & (b ^ out)) < 0
-    if op == "-":
-        return ((a ^ b) & (a ^ out)) < 0
-    suspicious = np.abs(a.astype(np.float64) * b.astype(np.float64)) >= 2.0**62
-    if not suspicious.any():
-        return suspicious
-    with np.errstate(all="ignore"):
-        nonzero = b != 0
-        back = np.floor_divide(out, np.where(nonzero, b, 1))
-    low = np.iinfo(np.int64).min
-    wrong = nonzero & (back != a) | ((a == low) & (b == -1)) | ((b == low) & (a == -1))
-    return suspicious & wrong
 
 
 _OPS: dict[str, Callable] = {
