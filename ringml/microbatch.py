@@ -209,12 +209,15 @@ class MicroBatcher:
             report.applied = [ids[i] for i in np.argsort(arrivals, kind="stable")]
             return report
         updates = sorted(u for r, p in pending.items() for u in self._updates(r, p))
-        for _, id, batch in updates:
+        for k, (_, id, relation, values, signs) in enumerate(updates):
             try:
-                report.deltas.append(self.target.apply(batch()))
+                report.deltas.append(self.target.apply(self._single(relation, values, signs)))
                 report.applied.append(id)
             except BatchError as error:
                 report.rejected.append((id, error))
+            except BaseException:  # not a rejection: this update and the later ones stay
+                self._requeue(updates[k:], since)
+                raise
         return report
 
     def __enter__(self) -> MicroBatcher:
@@ -329,27 +332,53 @@ class MicroBatcher:
         return pd.DataFrame(dict(zip(columns, arrays, strict=True)), copy=False)
 
     def _batch(self, relation: str, pending: _Pending) -> UpdateBatch:
-        """All of a relation's pending rows as one batch."""
+        """All of a relation's pending rows as one batch; :class:`BatchError` when a pending
+        batch's columns are not the relation's (each update is then applied alone)."""
+        columns = self._columns[relation]
         frames, signs = [], []
         if pending.rows:
             frames.append(self._frame(relation, pending.rows))
             signs.append(np.asarray(pending.signs, dtype=np.int64))
-        for _, _, frame, batch_signs in pending.batches:
+        for _, id, frame, batch_signs in pending.batches:
+            if len(frame.columns) != len(columns) or set(frame.columns) != set(columns):
+                # pd.concat would fill a missing column with NaN
+                raise BatchError(
+                    f"relation {relation!r}: update {id!r} has columns {list(frame.columns)}, "
+                    f"the relation {list(columns)}",
+                    relation,
+                )
             frames.append(frame)
             signs.append(batch_signs)
         frame = frames[0] if len(frames) == 1 else _concat(frames)
         return UpdateBatch(relation, frame, np.concatenate(signs))
 
     def _updates(self, relation: str, pending: _Pending):
-        """``(arrival, id, make the update's batch)`` of every pending update."""
-        for i, (arrival, id) in enumerate(zip(pending.arrivals, pending.ids, strict=True)):
-            row, sign = pending.rows[i], pending.signs[i]
-            yield (
-                arrival,
-                id,
-                lambda r=row, s=sign: UpdateBatch(
-                    relation, self._frame(relation, [r]), np.asarray([s], dtype=np.int64)
-                ),
-            )
+        """``(arrival, id, relation, values, signs)`` of every pending update: ``values`` a
+        row tuple (``signs`` its sign) or a batch's frame (``signs`` its array)."""
+        for arrival, id, row, sign in zip(
+            pending.arrivals, pending.ids, pending.rows, pending.signs, strict=True
+        ):
+            yield arrival, id, relation, row, sign
         for arrival, id, frame, signs in pending.batches:
-            yield arrival, id, lambda f=frame, s=signs: UpdateBatch(relation, f, s)
+            yield arrival, id, relation, frame, signs
+
+    def _single(self, relation: str, values, signs) -> UpdateBatch:
+        """One pending update (see :meth:`_updates`) as its own batch."""
+        if isinstance(values, tuple):
+            values, signs = self._frame(relation, [values]), np.asarray([signs], np.int64)
+        return UpdateBatch(relation, values, signs)
+
+    def _requeue(self, updates: list, since: float | None) -> None:
+        """Put updates (see :meth:`_updates`, in arrival order) back in the buffer."""
+        for arrival, id, relation, values, signs in updates:
+            pending = self._pending.setdefault(relation, _Pending())
+            if isinstance(values, tuple):
+                pending.rows.append(values)
+                pending.signs.append(signs)
+                pending.ids.append(id)
+                pending.arrivals.append(arrival)
+            else:
+                pending.batches.append((arrival, id, values, signs))
+            self._rows += 1 if isinstance(values, tuple) else len(signs)
+        if updates and self._since is None:
+            self._since = since

@@ -239,6 +239,51 @@ def test_an_error_that_is_not_a_rejection_leaves_the_updates_pending(monkeypatch
     assert_same(m, oracle({"R": [(1, 4.0)], "S": [(1, 2.0, 3.0)]}))
 
 
+def test_an_error_in_the_fallback_keeps_that_update_and_the_later_ones(monkeypatch):
+    """In the one-at-a-time fallback (the coalesced batch was rejected), an error that is not
+    a rejection is raised with the failing update and every later one still pending; the
+    earlier ones stay applied or rejected.  The buffer used to be empty by then."""
+    m = maintainer()
+    batcher = MicroBatcher(m, max_rows=100)
+    batcher.insert("S", (1, 2.0, 3.0), id="s")
+    batcher.delete("R", (7, 1.0), id="absent")  # rejects the coalesced batch
+    batcher.insert("R", (1, 4.0), id="fails")
+    batcher.insert("R", (1, 5.0), id="later")
+    apply = m.apply
+
+    def failing(batches):
+        batches = [batches] if isinstance(batches, UpdateBatch) else batches
+        if [list(b.rows["x"]) for b in batches if b.relation == "R"] == [[4.0]]:  # alone
+            raise RuntimeError("boom")
+        return apply(batches)
+
+    monkeypatch.setattr(m, "apply", failing)
+    with pytest.raises(RuntimeError, match="boom"):
+        batcher.flush()
+    assert batcher.pending == 2
+    assert_same(m, oracle({"R": [], "S": [(1, 2.0, 3.0)]}))
+    monkeypatch.setattr(m, "apply", apply)
+    flush = batcher.flush()
+    assert flush.applied == ["fails", "later"] and not flush.rejected
+    assert_same(m, oracle({"R": [(1, 4.0), (1, 5.0)], "S": [(1, 2.0, 3.0)]}))
+
+
+@pytest.mark.parametrize("columns", [{"a": [2]}, {"a": [2], "x": [1.0], "w": [0.0]}])
+def test_a_batch_with_other_columns_is_rejected_alone(columns):
+    """A buffered batch lacking a column (or with an extra one) is rejected by itself; it
+    used to make every flush raise a KeyError, the valid rows never applied."""
+    m = maintainer()
+    batcher = MicroBatcher(m, max_rows=100)
+    batcher.insert("R", (1, 2.0), id="row")
+    batcher.add(UpdateBatch("R", pd.DataFrame(columns)), id="batch")
+    batcher.insert("S", (1, 1.0, 1.0), id="s")
+    flush = batcher.flush()
+    assert flush.applied == ["row", "s"]
+    assert [id for id, _ in flush.rejected] == ["batch"]
+    assert "missing" in str(flush.rejected[0][1]) and batcher.pending == 0
+    assert_same(m, oracle({"R": [(1, 2.0)], "S": [(1, 1.0, 1.0)]}))
+
+
 def test_invalid_settings():
     with pytest.raises(ValueError):
         MicroBatcher(maintainer(), max_rows=0)

@@ -3,6 +3,9 @@ changed (catalog, tables, every view and its subscribers)."""
 
 from __future__ import annotations
 
+import datetime as dt
+
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -135,6 +138,10 @@ def loaded():
         ("R", {"a": [1], "b": [0], "x": [1.0], "w": [2]}, "extra"),
         ("R", {"a": ["1"], "b": [0], "x": [1.0]}, "is not a number"),
         ("R", {"a": [1.5], "b": [0], "x": [1.0]}, "is not an integer"),
+        # whole columns of durations or dates: the value named as given (an IndexError once)
+        ("R", {"a": [1], "b": [0], "x": [dt.timedelta(days=1)]}, r"Timedelta\('1 days.*not a"),
+        ("R", {"a": [pd.Timestamp("2020-01-02")], "b": [0], "x": [1.0]}, r"Timestamp\('2020"),
+        ("R", {"a": [1], "b": [0], "x": np.array(["2020-01-02"], "datetime64[D]")}, "a number"),
         ("R", {"a": [1], "b": [0], "x": [None]}, "NULL"),
         ("S", {"b": [0], "c": [7], "y": [1]}, "is not a string"),
         ("T", {"c": ["p"], "d": ["yesterday"], "z": [1.0]}, "is not a date"),

@@ -161,7 +161,9 @@ class TableSchema:
 def _reject(table: str, column: str, kind: str, values: np.ndarray, bad: np.ndarray, why: str):
     at = int(np.flatnonzero(bad)[0])
     value = values[at]
-    if isinstance(value, np.generic):
+    if isinstance(value, np.datetime64 | np.timedelta64):  # .item() gives nanoseconds
+        value = pd.Timestamp(value) if isinstance(value, np.datetime64) else pd.Timedelta(value)
+    elif isinstance(value, np.generic):
         value = value.item()
     raise BatchError(
         f"table {table!r}, column {column!r} ({SQL_NAME[kind]}): value {value!r} (row {at}) {why}",
@@ -321,6 +323,8 @@ def _not_number(values: np.ndarray) -> np.ndarray:
     """Rows that are not real numbers (error path only)."""
     import numbers
 
+    if values.dtype.kind not in "biufcO":  # dates, durations, text: none is a number
+        return np.ones(values.shape[0], dtype=bool)
     return np.asarray(
         [
             isinstance(v, bool | np.bool_) or not isinstance(v, numbers.Real | np.number)
