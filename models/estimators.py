@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from functools import reduce
@@ -80,7 +81,8 @@ class _Atomic:
     """Run a state change all-or-nothing: on any exception restore ``__dict__``.
 
     Fitted state is only ever *replaced* (never mutated in place), so a shallow copy of
-    ``__dict__`` is a complete snapshot.
+    ``__dict__`` is a complete snapshot -- except a join model's maintainer, which applies
+    batches in place and is undone by :meth:`_JoinModel._apply` itself.
     """
 
     def _atomic(self, change, *args, **kwargs):
@@ -117,6 +119,35 @@ def _check_ridge(ridge: Any) -> float:
     if not isinstance(ridge, numbers.Real) or not (ridge >= 0 and math.isfinite(ridge)):
         raise ValueError(f"ridge must be a finite number >= 0, got {ridge!r}")
     return float(ridge)
+
+
+def _check_solver(tol: Any, max_iter: Any, fit_intercept: Any, warm_start: Any) -> None:
+    if not isinstance(tol, numbers.Real) or not (tol > 0 and math.isfinite(tol)):
+        raise ValueError(f"tol must be a finite number > 0, got {tol!r}")
+    if not isinstance(max_iter, numbers.Integral) or isinstance(max_iter, bool) or max_iter < 0:
+        raise ValueError(f"max_iter must be an integer >= 0, got {max_iter!r}")
+    for name, value in (("fit_intercept", fit_intercept), ("warm_start", warm_start)):
+        if not isinstance(value, bool | np.bool_):
+            raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def _names(value: Any, what: str) -> list:
+    """A parameter that lists column names: a string is one name, not its characters."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        raise ValueError(f"{what} must be a list of column names, got the string {value!r}")
+    return list(value)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two parameter values are the same (equal, or the same object)."""
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):  # frames and arrays compare element-wise
+        return False
 
 
 # ============================================================ flat: regression
@@ -355,7 +386,7 @@ class ChowLiuEstimator(_Atomic, BaseEstimator):
 
     def _continuous_positions(self, names: list[str]) -> list[int]:
         out = []
-        for c in self.continuous:
+        for c in _names(self.continuous, "continuous"):
             if isinstance(c, numbers.Integral) and not isinstance(c, bool):
                 if not 0 <= int(c) < len(names):
                     raise ValueError(f"continuous column {c} out of range 0..{len(names) - 1}")
@@ -369,6 +400,10 @@ class ChowLiuEstimator(_Atomic, BaseEstimator):
     def _update(self, X, sample_weight, sign: int, first: bool):
         if not isinstance(self.n_bins, numbers.Integral) or self.n_bins < 1:
             raise ValueError(f"n_bins must be a positive integer, got {self.n_bins!r}")
+        _reject_missing(X)
+        # a frame's own columns: validation would turn int and float columns into float64
+        # together, merging integer categories beyond 2**53
+        own = [X.iloc[:, j].to_numpy() for j in range(X.shape[1])] if _is_frame(X) else None
         X = validate_data(self, X, reset=first, dtype=None, ensure_min_samples=1)
         weights = _integer_weights(sample_weight, X, sign)
         n, q = X.shape
@@ -389,7 +424,7 @@ class ChowLiuEstimator(_Atomic, BaseEstimator):
             ring, payload, binner = self.ring_, self.payload_, self.binner_
             categories = [dict(c) for c in self.categories_]  # copies: commit at the end
             cont = self._cont_
-        columns = [X[:, j] for j in range(q)]
+        columns = own if own is not None else [X[:, j] for j in range(q)]
         if binner is not None:
             binned = binner.transform(_as_float(X[:, cont]))
             for t, j in enumerate(cont):
@@ -414,6 +449,29 @@ class ChowLiuEstimator(_Atomic, BaseEstimator):
         self.entropy_ = pd.Series(np.diag(self.mutual_info_.to_numpy()), index=ring.variables)
         self.tree_ = chow_liu_tree(self.mutual_info_)
         return self
+
+
+def _is_frame(X: Any) -> bool:
+    return isinstance(X, pd.DataFrame) and X.ndim == 2
+
+
+def _reject_missing(X: Any) -> None:
+    """ValueError for a missing value (None, NaN, pd.NA, NaT): none is a category (None
+    became one, pd.NA crashed the validation)."""
+    if _is_frame(X):
+        missing = X.isna().to_numpy()
+    elif isinstance(X, np.ndarray | list | tuple):
+        try:
+            missing = np.asarray(pd.isna(np.asarray(X, dtype=object)), dtype=bool)
+        except (TypeError, ValueError):  # ragged input: validation says what is wrong
+            return
+    else:
+        return
+    if missing.ndim == 2 and missing.any():
+        row, column = (int(i[0]) for i in np.nonzero(missing))
+        raise ValueError(
+            f"Input X contains NaN or another missing value (row {row}, column {column})"
+        )
 
 
 def _as_float(X: np.ndarray) -> np.ndarray:
@@ -500,14 +558,20 @@ class _JoinModel(_Atomic, BaseEstimator, ABC):
     windows: Mapping[str, Any] | None = None
     lateness: Any = 0.0
     late: str = "reject"
+    #: the parameters that shape the maintained query: changing one needs a new :meth:`fit`
+    _structure: tuple[str, ...] = ()
 
     @abstractmethod
     def _build(self) -> None:
         """Create the Maintainer and the model state from the parameters."""
 
+    def _check_params(self) -> None:
+        """Validate the parameters that only the refit reads (before a batch is applied)."""
+
     def _start(self) -> None:
         """:meth:`_build`, then the windowed stream over the maintainer (if any)."""
         self._build()
+        self._built_with = {name: getattr(self, name) for name in self._structure}
         self.stream_ = None
         if self.windows is None:
             return
@@ -580,6 +644,13 @@ class _JoinModel(_Atomic, BaseEstimator, ABC):
     def _partial(self, batches, sign: int):
         if not hasattr(self, "maintainer_"):
             self._start()
+        changed = [n for n, v in self._built_with.items() if not _same(getattr(self, n), v)]
+        if changed:
+            raise ValueError(
+                f"{', '.join(changed)} changed since the model was fitted (set_params); they "
+                "shape the maintained join: call fit to start over with them"
+            )
+        self._check_params()
         self._apply(_update_batches(batches, sign))
         return self
 
@@ -601,9 +672,21 @@ class _JoinModel(_Atomic, BaseEstimator, ABC):
             if changes:  # the prepared base-table rows are dropped with the batch
                 feed.abandon(changes)
             raise
+        try:
+            self._refresh()
+        except BaseException:
+            # the maintainer took the batch in place: take it out again (the inverse is
+            # valid: what was inserted is present).  A windowed stream's expired partitions
+            # cannot be brought back (its parameters are checked before the apply instead)
+            if stream is None:
+                if updates:
+                    inverse = [UpdateBatch(u.relation, u.rows, -u.signs()) for u in updates]
+                    self.maintainer_.apply(inverse)
+                if changes:
+                    feed.abandon(changes)
+            raise
         if changes:
             feed.commit(changes)
-        self._refresh()
 
     def _prepare(self, updates: list[UpdateBatch]) -> list[UpdateBatch]:
         return updates
@@ -695,20 +778,40 @@ class JoinRegressor(_JoinModel):
         self.lateness = lateness
         self.late = late
 
-    def _build(self) -> None:
-        sql = _sql_join(self.relations, self.catalog)
-        schemas = _schemas(self.relations) if sql is None else None
-        _check_ridge(self.ridge)
+    _structure = (
+        "relations", "label", "features", "categorical", "order", "catalog", "windows",
+        "lateness", "late",
+    )  # fmt: skip
+
+    def _check_params(self) -> dict[str, Any]:
+        """The refit's parameters, checked: they may change between batches (set_params)."""
         _check_choice("solver", self.solver, SOLVERS)
         _check_choice("drop", self.drop, ("first", None))
         _check_choice("handle_unknown", self.handle_unknown, ("error", "ignore"))
+        _check_solver(self.tol, self.max_iter, self.fit_intercept, self.warm_start)
+        return {
+            "ridge": _check_ridge(self.ridge),
+            "fit_intercept": bool(self.fit_intercept),
+            "solver": self.solver,
+            "tol": float(self.tol),
+            "max_iter": int(self.max_iter),
+            "warm_start": bool(self.warm_start),
+            "drop": self.drop,
+        }
+
+    def _build(self) -> None:
+        sql = _sql_join(self.relations, self.catalog)
+        schemas = _schemas(self.relations) if sql is None else None
+        params = self._check_params()
         if sql is None:
             columns = {c for cols in schemas.values() for c in cols}
             default = ringml.non_join_variables(schemas)
         else:
             columns, default = set(sql.features), list(sql.features)
         maintained = (
-            default if self.features is None else list(dict.fromkeys([*self.features, self.label]))
+            default
+            if self.features is None
+            else list(dict.fromkeys([*_names(self.features, "features"), self.label]))
         )
         if self.label not in maintained or self.label not in columns:
             known = [v for v in maintained if v != self.label and v in columns]
@@ -720,7 +823,7 @@ class JoinRegressor(_JoinModel):
         missing = [v for v in maintained if v not in columns]
         if missing:
             raise ValueError(f"variables {missing} are not columns of any relation")
-        categorical = list(self.categorical)
+        categorical = _names(self.categorical, "categorical")
         if self.label in categorical:
             raise ValueError(f"label {self.label!r} must be continuous, not categorical")
         unknown = [v for v in categorical if v not in maintained]
@@ -736,16 +839,7 @@ class JoinRegressor(_JoinModel):
         self.variables_ = tuple(maintained)
         self.features_ = tuple(v for v in maintained if v != self.label)
         self._model = CovarianceRegression(
-            self.label,
-            list(self.features_),
-            ridge=self.ridge,
-            fit_intercept=self.fit_intercept,
-            solver=self.solver,
-            tol=self.tol,
-            max_iter=self.max_iter,
-            warm_start=self.warm_start,
-            drop=self.drop,
-            keep_history=False,
+            self.label, list(self.features_), **params, keep_history=False
         )
         self.n_iter_total_ = 0
 
@@ -761,6 +855,10 @@ class JoinRegressor(_JoinModel):
             self._design = None
             return
         model = _copy_model(self._model)  # refit on a copy: the stored one stays intact
+        for name, value in self._check_params().items():
+            if getattr(model, name) != value:  # set_params since the last refit
+                setattr(model, name, value)
+                model.design = None  # a refit, even on the same Σ
         result = model.refresh(self.query_.ring, payload, decode=m.decode)
         self._model = model
         self._design = model.design
@@ -890,6 +988,11 @@ class JoinChowLiu(_JoinModel):
         self.lateness = lateness
         self.late = late
 
+    _structure = (
+        "relations", "variables", "continuous", "n_bins", "ranges", "order", "catalog",
+        "windows", "lateness", "late",
+    )  # fmt: skip
+
     def _build(self) -> None:
         sql = _sql_join(self.relations, self.catalog)
         schemas = _schemas(self.relations) if sql is None else None
@@ -901,11 +1004,12 @@ class JoinChowLiu(_JoinModel):
         else:
             non_join = [v for v in sql.features if v not in sql.joined]
             columns = set(sql.features)
-        variables = non_join if self.variables is None else list(self.variables)
+        variables = non_join if self.variables is None else _names(self.variables, "variables")
         missing = [v for v in variables if v not in columns]
         if missing:
             raise ValueError(f"variables {missing} are not columns of any relation")
-        bad = [v for v in self.continuous if v not in variables or v not in non_join]
+        continuous = _names(self.continuous, "continuous")
+        bad = [v for v in continuous if v not in variables or v not in non_join]
         if bad:
             raise ValueError(f"continuous variables {bad} must be non-join variables listed")
         ranges = dict(self.ranges or {})
@@ -941,6 +1045,14 @@ class JoinChowLiu(_JoinModel):
                 x = feature_numbers(rows[v], v, batch.relation).astype(np.float64, copy=False)
                 if v not in binners and len(x):
                     binners[v] = (float(x.min()), float(x.max()))
+                    if binners[v][0] == binners[v][1]:
+                        warnings.warn(
+                            f"the bins of {v!r} are fixed from a batch where it takes one "
+                            f"value ({binners[v][0]!r}): later values go to the first or the "
+                            f"last bin; pass ranges={{{v!r}: (lo, hi)}} to fix them",
+                            UserWarning,
+                            stacklevel=6,
+                        )
                 lo, hi = binners.get(v, (0.0, 0.0))
                 rows[v] = equal_width_bins(x, lo, hi, int(self.n_bins))
             out.append(UpdateBatch(batch.relation, rows, batch.multiplicity))

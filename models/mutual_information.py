@@ -144,11 +144,12 @@ def chow_liu_tree(mi: pd.DataFrame | np.ndarray, names: Sequence[str] | None = N
 def equal_width_bins(x: np.ndarray, lo: float, hi: float, n_bins: int) -> np.ndarray:
     """``min(B−1, floor((x−lo)/(hi−lo)·B))`` with ``x`` clipped to ``[lo, hi]``; int64.
 
-    ``hi == lo`` (a constant column) maps everything to bin 0.
+    ``hi == lo`` (a range fixed from one value) maps ``x <= lo`` to bin 0 and ``x > hi`` to
+    the last bin, as clipping would.
     """
     x = np.asarray(x, dtype=np.float64)
     if not hi > lo:
-        return np.zeros(x.shape, dtype=np.int64)
+        return np.where(x > hi, n_bins - 1, 0).astype(np.int64)
     z = (np.clip(x, lo, hi) - lo) / (hi - lo) * n_bins
     return np.minimum(n_bins - 1, np.floor(z)).astype(np.int64)
 
@@ -158,11 +159,12 @@ class EqualWidthBinner(TransformerMixin, BaseEstimator):
 
     ``fit`` records each column's ``min_`` and ``max_`` (or takes them from ``ranges``, one
     ``(lo, hi)`` per column, without looking at the data); ``transform`` maps ``x`` to
-    ``min(B−1, floor((x−min)/(max−min)·B))`` with ``B = n_bins``.  A constant column maps
-    to bin 0.  Values outside the fitted range are **clipped** to the first or last bin, so
-    the number of bins never changes and the same value always lands in the same bin:
-    fit once (on the first batch, or with explicit ``ranges``) and the bin of a deleted
-    tuple is the bin of its insert.  NaN and infinities are rejected.
+    ``min(B−1, floor((x−min)/(max−min)·B))`` with ``B = n_bins``.  Values outside the
+    fitted range are **clipped** to the first or last bin (a column that was constant maps
+    its value and below to bin 0, above to the last bin), so the number of bins never
+    changes and the same value always lands in the same bin: fit once (on the first
+    batch, or with explicit ``ranges``) and the bin of a deleted tuple is the bin of its
+    insert.  NaN and infinities are rejected.
     """
 
     def __init__(self, n_bins: int = 100, ranges: Sequence[tuple[float, float]] | None = None):

@@ -529,11 +529,15 @@ def fit_from_sigma(
     b = b0[L] / d[L]
     lmin, lmax, cond, deficient = _eig_bounds(A)
 
+    A_raw = A0[np.ix_(L, L)] + ridge * np.eye(len(L)) if deficient and len(L) else None
     if solver == "cholesky" and deficient:
         # no unique minimizer: the minimum-norm one in original units, as scikit-learn's
         # LinearRegression (lstsq on centred data) returns
-        A_raw = A0[np.ix_(L, L)] + ridge * np.eye(len(L))
-        raw = scipy.linalg.lstsq(A_raw, b0[L], check_finite=False)[0] if len(L) else np.zeros(0)
+        raw = (
+            np.zeros(0)
+            if A_raw is None
+            else scipy.linalg.lstsq(A_raw, b0[L], check_finite=False)[0]
+        )
         sol = _Solution(raw * d[L], reason="least squares (rank deficient)")
     elif solver == "cholesky":
         sol = _cholesky(A, b, deficient)
@@ -550,6 +554,12 @@ def fit_from_sigma(
             A, b, beta0[L] * d[L], step0, lmin, lmax, tol, int(max_iter), armijo_memory,
             stopping, yy,
         )  # fmt: skip
+        if A_raw is not None:
+            # every minimizer fits alike; BGD reaches the one nearest its start in scaled
+            # units: project it onto A's range, the minimum-norm minimizer in original
+            # units (the closed form's), whatever the start or the order of the batches
+            raw = sol.gamma / d[L]
+            sol.gamma = scipy.linalg.lstsq(A_raw, A_raw @ raw, check_finite=False)[0] * d[L]
     beta = np.zeros(len(f))
     beta[L] = sol.gamma / d[L]
     grad = (A0 @ beta - b0) + ridge * beta

@@ -220,6 +220,30 @@ def test_chow_liu_categories_differing_by_a_nul_character_are_two_categories():
     assert model.mutual_info_.loc["s", "t"] == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("missing", [None, np.nan, pd.NA, pd.NaT])
+@pytest.mark.parametrize("as_frame", [True, False])
+def test_chow_liu_missing_values_are_refused_whatever_their_kind(missing, as_frame):
+    """None used to become a category of its own and pd.NA to crash the validation."""
+    X = pd.DataFrame(
+        {"colour": ["red", "blue", missing, "red"], "size": [1, 2, 3, 1]}, dtype=object
+    )
+    model = ChowLiuEstimator().fit(pd.DataFrame({"colour": ["red"], "size": [1]}))
+    before = model.mutual_info_.copy()
+    with pytest.raises(ValueError, match=r"missing value \(row 2, column 0\)"):
+        model.partial_fit(X if as_frame else X.to_numpy())
+    pd.testing.assert_frame_equal(model.mutual_info_, before)
+
+
+def test_chow_liu_integer_categories_beyond_2_53_stay_apart():
+    """A frame of an int64 and a float column was validated into float64, which merged
+    2**60 and 2**60 + 1 into one category."""
+    ids = np.array([2**60, 2**60 + 1] * 50, dtype=np.int64)
+    frame = pd.DataFrame({"id": ids, "g": np.where(ids == 2**60, 0.5, 1.5)})
+    model = ChowLiuEstimator().fit(frame)
+    assert model.categories_[0] == {2**60: 0, 2**60 + 1: 1}
+    assert model.mutual_info_.loc["id", "g"] == pytest.approx(1.0)
+
+
 # ------------------------------------------------------------------- relational
 def _housing(postcodes=6, seed=0):
     ds = housing_star(postcodes=postcodes, seed=seed)
@@ -291,6 +315,84 @@ def test_join_regressor_bad_input_leaves_state_unchanged():
     np.testing.assert_array_equal(after[0], before[0])
     assert after[1:3] == before[1:3]
     np.testing.assert_array_equal(after[3], before[3])
+
+
+def test_join_regressor_failed_refit_takes_the_batch_out_again(monkeypatch):
+    """A refit that fails after the maintainer took the batch (here: the solver raising)
+    leaves the maintainer as it was; a retry applies the batch once, not twice."""
+    ds, schemas = _housing()
+    house = ds.relations["House"]
+    dims = {r: f for r, f in ds.relations.items() if r != "House"}
+    model = JoinRegressor(schemas, "price", FEATURES).fit({**dims, "House": house.iloc[:20]})
+    count = model.maintainer_.result().count
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("solver failed")
+
+    from ringml.models import regression
+
+    fit_from_sigma = regression.fit_from_sigma
+    monkeypatch.setattr(regression, "fit_from_sigma", failing)
+    with pytest.raises(RuntimeError, match="solver failed"):
+        model.partial_fit({"House": house.iloc[20:40]})
+    assert model.maintainer_.result().count == count
+    monkeypatch.setattr(regression, "fit_from_sigma", fit_from_sigma)
+    model.partial_fit({"House": house.iloc[20:40]})
+    once = JoinRegressor(schemas, "price", FEATURES).fit({**dims, "House": house.iloc[:40]})
+    assert model.n_samples_seen_ == once.n_samples_seen_
+    np.testing.assert_allclose(model.coef_, once.coef_, rtol=1e-8)
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"tol": -1.0}, "tol must be"),
+        ({"tol": float("nan")}, "tol must be"),
+        ({"max_iter": 2.5}, "max_iter must be"),
+        ({"fit_intercept": "yes"}, "fit_intercept must be"),
+        ({"features": "livingarea"}, "features must be a list"),
+        ({"categorical": "nbbedrooms"}, "categorical must be a list"),
+    ],
+)
+def test_join_regressor_bad_parameters_are_refused_before_any_row(params, message):
+    """A bad refit parameter used to pass the first (empty) fit and fail only after a
+    batch had been applied; a string of names was split into characters."""
+    ds, schemas = _housing()
+    with pytest.raises(ValueError, match=message):
+        JoinRegressor(schemas, "price", **{"features": FEATURES, **params}).fit()
+    model = JoinRegressor(schemas, "price", FEATURES).fit(ds.relations)
+    count = model.maintainer_.result().count
+    if "tol" in params or "max_iter" in params or "fit_intercept" in params:
+        with pytest.raises(ValueError, match=message):
+            model.set_params(**params).partial_fit({"House": ds.relations["House"].iloc[:3]})
+        assert model.maintainer_.result().count == count
+
+
+def test_join_regressor_set_params_applies_to_the_next_refit():
+    """ridge (and the other solver parameters) set between batches apply to the next
+    refit, as Ridge on the join says; a parameter that shapes the join needs a new fit."""
+    ds, schemas = _housing(10, seed=3)
+    house = ds.relations["House"]
+    dims = {r: f for r, f in ds.relations.items() if r != "House"}
+    model = JoinRegressor(schemas, "price", FEATURES[:4], ridge=0.0)
+    model.fit({**dims, "House": house.iloc[:30]})
+    model.set_params(ridge=0.5).partial_fit({"House": house.iloc[30:]})
+    join = ds.join()
+    sk = Ridge(alpha=0.5 * len(join)).fit(join[FEATURES[:4]], join["price"])
+    np.testing.assert_allclose(model.coef_, sk.coef_, rtol=1e-6)
+    assert model.result_.ridge == 0.5
+    model.set_params(ridge=0.0).partial_fit([])  # no rows: the same Σ, refitted all the same
+    sk = LinearRegression().fit(join[FEATURES[:4]], join["price"])
+    np.testing.assert_allclose(model.coef_, sk.coef_, rtol=1e-6)
+    with pytest.raises(ValueError, match="features changed since the model was fitted"):
+        model.set_params(features=FEATURES[:2]).partial_fit({"House": house.iloc[:1]})
+    model.fit(ds.relations)  # a new fit takes them
+    assert model.features_ == tuple(FEATURES[:2])
+    chow = JoinChowLiu(schemas, ["nbbedrooms", "garden"], continuous=["garden"]).fit(ds.relations)
+    with pytest.raises(ValueError, match="n_bins changed"):
+        chow.set_params(n_bins=3).partial_fit({"House": house.iloc[:1]})
+    with pytest.raises(ValueError, match="continuous must be a list"):
+        JoinChowLiu(schemas, ["nbbedrooms", "garden"], continuous="garden").fit()
 
 
 def test_join_chow_liu_estimator_matches_flat_chow_liu():

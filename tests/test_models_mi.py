@@ -215,14 +215,26 @@ def test_join_chow_liu_bad_input_leaves_state_unchanged():
         JoinChowLiu(schemas, ["nope"]).fit()
 
 
+def test_join_chow_liu_warns_when_a_batch_of_one_value_fixes_the_bins():
+    schemas = {"S": ["k", "price", "band"], "T": ["k", "t"]}
+    first = pd.DataFrame({"k": [0], "price": [38.0], "band": [0]})
+    model = JoinChowLiu(schemas, continuous=["price"], n_bins=10)
+    with pytest.warns(UserWarning, match=r"ranges=\{'price'"):
+        model.fit({"T": pd.DataFrame({"k": [0], "t": [1.0]}), "S": first})
+    model.partial_fit({"S": pd.DataFrame({"k": [0, 0], "price": [10.0, 90.0], "band": [0, 1]})})
+    np.testing.assert_array_equal(model.bin("price", [0.0, 38.0, 50.0, 100.0]), [0, 0, 9, 9])
+    assert model.mutual_info_.loc["price", "band"] > 0.5  # band follows price's two bins
+
+
 # -------------------------------------------------------------------------- binning
 def test_equal_width_bins_formula():
     x = np.array([0.0, 0.5, 0.999, 1.0, 9.99, 10.0, -3.0, 14.0])
     np.testing.assert_array_equal(equal_width_bins(x, 0.0, 10.0, 100), [0, 5, 9, 10, 99, 99, 0, 99])
-    np.testing.assert_array_equal(equal_width_bins(x, 2.0, 2.0, 100), np.zeros(8))  # constant
+    # a range of one value: clipped like any other (values above it used to land in bin 0)
+    np.testing.assert_array_equal(equal_width_bins(x, 2.0, 2.0, 100), [0, 0, 0, 0, 99, 99, 0, 99])
     binner = EqualWidthBinner(n_bins=4).fit([[0.0, 5.0], [8.0, 5.0]])
     np.testing.assert_array_equal(binner.transform([[1.0, 5.0], [2.0, 7.0], [8.0, 1.0]]),
-                                  [[0, 0], [1, 0], [3, 0]])  # fmt: skip
+                                  [[0, 0], [1, 3], [3, 0]])  # fmt: skip
     np.testing.assert_allclose(binner.bin_edges(0), [0, 2, 4, 6, 8])
     fixed = EqualWidthBinner(n_bins=2, ranges=[(0.0, 1.0)]).fit([[100.0]])
     assert fixed.transform([[0.7]])[0, 0] == 1

@@ -178,8 +178,13 @@ def test_rank_deficient_cholesky_is_sklearn_min_norm():
     r = fit_from_sigma(Z.T @ Z, 3, [0, 1, 2], solver="cholesky")
     assert r.rank_deficient and r.condition_number == np.inf
     close(r.coef, LinearRegression().fit(X, y).coef_, rtol=1e-8)
-    gd = fit_from_sigma(Z.T @ Z, 3, [0, 1, 2])  # some minimizer: same fitted values
+    gd = fit_from_sigma(Z.T @ Z, 3, [0, 1, 2])
     np.testing.assert_allclose(X @ gd.coef + gd.intercept, y, atol=1e-7)
+    # BGD too returns the minimum-norm minimizer, from any start (a warm start used to
+    # leave it at the minimizer nearest that start)
+    close(gd.coef, r.coef, rtol=1e-7)
+    warm = fit_from_sigma(Z.T @ Z, 3, [0, 1, 2], theta0=np.array([5.0, -1.0, 2.0]))
+    close(warm.coef, r.coef, rtol=1e-7)
 
 
 def test_warm_start_needs_fewer_iterations():
