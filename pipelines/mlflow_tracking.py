@@ -80,14 +80,21 @@ import numpy as np
 import pandas as pd
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
-from mlflow.models import infer_signature
+from mlflow.models import ModelSignature, infer_signature
+from mlflow.types.schema import AnyType, ColSpec, Schema
 from ringml.models.mutual_information import chow_liu_tree
 from ringml.models.regression import CovarianceRegression, RegressionResult
 
 import mlflow
 from mlflow import MlflowClient
 
-from .mlflow_pyfunc import FORMAT, FORMAT_VERSION, predict_from_spec
+from .mlflow_pyfunc import (
+    FORMAT,
+    FORMAT_VERSION,
+    category_json,
+    category_value,
+    predict_from_spec,
+)
 
 __all__ = [
     "CHAMPION",
@@ -221,7 +228,6 @@ class _Snapshot:
     features: list[str]
     categorical: list[str]
     result: RegressionResult | None
-    predict: Any
     join_rows: float
     maintainer: Any = None
     references: dict = field(default_factory=dict)
@@ -240,10 +246,7 @@ def _snapshot(model: Any, maintainer: Any = None) -> _Snapshot:
             features = [c for c in result.columns if not isinstance(c, tuple)] + categorical
         else:
             features = []
-        refs = {}
-        if design is not None:
-            for var, cats in design.categories.items():
-                refs[var] = next((value for value, col in cats if col is None), None)
+        refs = _references(design)
         params = {
             "model.class": "CovarianceRegression",
             "ridge": model.ridge,
@@ -259,7 +262,6 @@ def _snapshot(model: Any, maintainer: Any = None) -> _Snapshot:
             features=features,
             categorical=categorical,
             result=result,
-            predict=model.predict,
             join_rows=float(result.count) if result is not None else 0.0,
             maintainer=maintainer,
             references=refs,
@@ -283,9 +285,9 @@ def _snapshot(model: Any, maintainer: Any = None) -> _Snapshot:
             features=list(model.features_),
             categorical=[v for v in model.features_ if v in cat],
             result=model.result_,
-            predict=model.predict,
             join_rows=float(model.n_samples_seen_),
             maintainer=maintainer if maintainer is not None else model.maintainer_,
+            references=_references(getattr(model, "_design", None)),
             params=params,
             iterations_total=getattr(model, "n_iter_total_", None),
         )
@@ -293,6 +295,16 @@ def _snapshot(model: Any, maintainer: Any = None) -> _Snapshot:
         "RefreshLogger logs a JoinRegressor or a CovarianceRegression (with maintainer=...), "
         f"got {type(model).__name__}"
     )
+
+
+def _references(design: Any) -> dict:
+    """Per categorical variable its reference category (the one without a column)."""
+    if design is None:
+        return {}
+    return {
+        var: next((value for value, col in cats if col is None), None)
+        for var, cats in design.categories.items()
+    }
 
 
 def linear_model_spec(model: Any) -> dict[str, Any]:
@@ -304,7 +316,7 @@ def linear_model_spec(model: Any) -> dict[str, Any]:
     continuous, categorical = [], {v: [] for v in snap.categorical}
     for col, beta in zip(result.columns, result.coef.tolist(), strict=True):
         if isinstance(col, tuple):
-            categorical.setdefault(col[0], []).append([_plain(col[1]), float(beta)])
+            categorical.setdefault(col[0], []).append([_category(col[0], col[1]), float(beta)])
         else:
             continuous.append([str(col), float(beta)])
     return {
@@ -317,7 +329,7 @@ def linear_model_spec(model: Any) -> dict[str, Any]:
         "categorical": [
             {
                 "variable": var,
-                "reference": _plain(snap.references.get(var)),
+                "reference": _category(var, snap.references.get(var)),
                 "coefficients": pairs,
             }
             for var, pairs in categorical.items()
@@ -332,6 +344,15 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+def _category(variable: str, value: Any) -> Any:
+    try:
+        return category_json(value)
+    except TypeError as error:
+        raise ValueError(
+            f"categorical variable {variable!r}: {error}; the served model cannot hold it"
+        ) from None
 
 
 # ------------------------------------------------------------------ batches
@@ -736,6 +757,8 @@ class RefreshLogger:
         """
         self.start()
         snap = _snapshot(model, maintainer)
+        # the served model's spec first: a model it cannot hold fails before anything is logged
+        spec = linear_model_spec(snap) if snap.result is not None else None
         self.log_params(snap)
         self.step = int(step) if step is not None else self.step + 1
         if batch is not None:
@@ -763,7 +786,7 @@ class RefreshLogger:
                 metrics["gd_iterations_total"] = float(snap.iterations_total)
             frame = self.holdout if holdout is None else holdout
             if frame is not None and len(frame):
-                metrics.update(_holdout_metrics(snap, frame))
+                metrics.update(_holdout_metrics(spec, frame))
         if extra_metrics:
             metrics.update({k: float(v) for k, v in extra_metrics.items()})
         metrics = {k: float(v) for k, v in metrics.items() if math.isfinite(float(v))}
@@ -793,7 +816,7 @@ class RefreshLogger:
         )
         version = uri = None
         if promoted:
-            version, uri = self._promote(snap, metrics, self._example(holdout))
+            version, uri = self._promote(spec, metrics, self._example(holdout))
         record = RefreshRecord(self.step, metrics, promoted, reason, version, uri, coefficients)
         self.records.append(record)
         return record
@@ -825,9 +848,8 @@ class RefreshLogger:
         return mlflow.pyfunc.load_model(f"models:/{self.model_name}@{CHAMPION}")
 
     def _promote(
-        self, snap: _Snapshot, metrics: Mapping[str, float], example: pd.DataFrame | None
+        self, spec: dict[str, Any], metrics: Mapping[str, float], example: pd.DataFrame | None
     ) -> tuple[str, str]:
-        spec = linear_model_spec(snap)
         if example is None:
             example = _synthetic_example(spec)
         example = example[spec["features"]].reset_index(drop=True)
@@ -837,7 +859,9 @@ class RefreshLogger:
             with warnings.catch_warnings():
                 # integer (categorical) columns are meant to be integers
                 warnings.filterwarnings("ignore", message=".*integer column", category=UserWarning)
-                signature = infer_signature(example, predict_from_spec(spec, example))
+                signature = _served_signature(
+                    infer_signature(example, predict_from_spec(spec, example)), spec
+                )
             # The LoggedModel is created first in this run's experiment (left to itself,
             # log_model would take the fluent experiment -- "Default", artifacts in ./mlruns);
             # Model.log is what mlflow.pyfunc.log_model calls, and it takes the run id, so the
@@ -987,12 +1011,25 @@ class RefreshLogger:
         return [f"{artifact_path}/{name}" for name in names]
 
 
+def _served_signature(inferred: ModelSignature, spec: Mapping[str, Any]) -> ModelSignature:
+    """``inferred`` with every continuous feature typed ``any``: MLflow would refuse floats
+    in a column the example held as integers (``long``), or int64 in one typed ``double``;
+    the served model takes any numbers, as the estimator does, and names a value that is
+    not one."""
+    continuous = {name for name, _ in spec["continuous"]}
+    columns = [
+        ColSpec(AnyType(), c.name, required=c.required) if c.name in continuous else c
+        for c in inferred.inputs.inputs
+    ]
+    return ModelSignature(Schema(columns), inferred.outputs)
+
+
 def _synthetic_example(spec: Mapping[str, Any]) -> pd.DataFrame:
     """One row: 0.0 for continuous features, the first known category for categorical."""
     row: dict[str, Any] = {name: 0.0 for name, _ in spec["continuous"]}
     for entry in spec["categorical"]:
-        known = [v for v, _ in entry["coefficients"]]
-        ref = entry.get("reference")
+        known = [category_value(v) for v, _ in entry["coefficients"]]
+        ref = category_value(entry.get("reference"))
         row[entry["variable"]] = ref if ref is not None else (known[0] if known else 0)
     for v in spec["features"]:
         row.setdefault(v, 0.0)
@@ -1014,11 +1051,14 @@ def _result_metrics(result: RegressionResult) -> dict[str, float]:
     }
 
 
-def _holdout_metrics(snap: _Snapshot, frame: pd.DataFrame) -> dict[str, float]:
-    if snap.label not in frame.columns:
-        raise ValueError(f"the holdout lacks the label column {snap.label!r}")
-    y = pd.to_numeric(frame[snap.label], errors="coerce").to_numpy(dtype=np.float64)
-    pred = np.asarray(snap.predict(frame), dtype=np.float64)
+def _holdout_metrics(spec: Mapping[str, Any], frame: pd.DataFrame) -> dict[str, float]:
+    """The served model's errors on ``frame`` (a category it has no column for adds 0, as
+    when it is served, whatever the estimator's ``handle_unknown``)."""
+    label = spec["label"]
+    if label not in frame.columns:
+        raise ValueError(f"the holdout lacks the label column {label!r}")
+    y = pd.to_numeric(frame[label], errors="coerce").to_numpy(dtype=np.float64)
+    pred = predict_from_spec(dict(spec), frame)
     resid = y - pred
     sse = float(resid @ resid)
     out = {"holdout_rmse": math.sqrt(sse / len(y))}

@@ -9,6 +9,7 @@ checks that it stays empty).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -181,9 +182,7 @@ def test_models_are_logged_and_registered_only_on_promotion(tracked):
     info = mlflow.models.get_model_info(promoted[-1].model_uri)
     assert info.signature is not None
     inputs = {c.name: str(c.type) for c in info.signature.inputs.inputs}
-    assert inputs == {
-        f: ("DataType.long" if f == "nbbedrooms" else "DataType.double") for f in FEATURES
-    }
+    assert inputs == {f: ("DataType.long" if f == "nbbedrooms" else "Any") for f in FEATURES}
     assert info.saved_input_example_info is not None
     flavor = info.flavors["python_function"]
     assert flavor["loader_module"] == "mlflow.pyfunc.loaders.code_model"
@@ -313,6 +312,61 @@ def test_maintainer_and_covariance_regression_resume_a_run(tracked):
         warnings.simplefilter("ignore")
         served = champion.predict(probe)
     np.testing.assert_allclose(served, expected, rtol=1e-12, atol=1e-9)
+
+
+def test_served_model_takes_what_the_estimator_takes(tracked):
+    """A continuous feature whose holdout held integers is served as double (the signature
+    said long and refused 2.5); date categories are logged (json.dumps failed after
+    ``promoted`` was logged) and met by the served model, also as the timestamps MLflow turns
+    them into; the reference category is in coefficients.json (it was null); a category
+    with no JSON form fails before anything is logged."""
+    rng = np.random.default_rng(0)
+    days = [dt.date(2020, 1, 1), dt.date(2021, 1, 1), dt.date(2022, 1, 1)]
+    S = pd.DataFrame({"k": rng.integers(0, 3, 30), "rooms": rng.integers(1, 6, 30),
+                      "y": rng.normal(size=30), "d": days * 10})  # fmt: skip
+    T = pd.DataFrame({"k": [0, 1, 2], "z": [0.1, 0.5, -0.3]})
+    schemas = {"S": ["k", "rooms", "y", "d"], "T": ["k", "z"]}
+    model = JoinRegressor(schemas, "y", categorical=["d"]).fit({"S": S, "T": T})
+    holdout = S.merge(T, on="k")
+    name = MODEL + "-served"
+    # a holdout row of a date the model never saw: scored as served (its column adds 0),
+    # though the estimator (handle_unknown="error") refuses to predict it
+    unseen_row = holdout.iloc[:1].assign(d=dt.date(1999, 1, 1))
+    scored = pd.concat([holdout, unseen_row], ignore_index=True)
+    with RefreshLogger(name, experiment="served", store_dir=tracked.store, holdout=scored) as log:
+        record = log.log_refresh(model)
+        champion = log.load_champion()
+    assert record.promoted
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        errors = scored["y"] - np.asarray(champion.predict(scored[list(model.features_)]))
+    assert record.metrics["holdout_rmse"] == pytest.approx(float(np.sqrt(np.mean(errors**2))))
+    uri = f"models:/{name}@{CHAMPION}"
+    inputs = {c.name: str(c.type) for c in mlflow.models.get_model_info(uri).signature.inputs}
+    assert inputs == {"rooms": "Any", "z": "Any", "d": "DataType.datetime"}
+    probe = holdout.assign(rooms=holdout["rooms"] + 0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        served = champion.predict(probe[list(model.features_)])
+        stamped = champion.predict(
+            probe.assign(d=pd.to_datetime(probe["d"]))[list(model.features_)]
+        )
+    np.testing.assert_allclose(served, model.predict(probe), rtol=1e-12)
+    np.testing.assert_allclose(stamped, model.predict(probe), rtol=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        unseen = champion.predict(probe.assign(d=dt.date(1999, 1, 1))[list(model.features_)])
+    assert np.abs(np.asarray(unseen) - served).max() > 1e-3  # the dates' coefficients count
+    (entry,) = champion.unwrap_python_model().spec["categorical"]  # coefficients.json
+    assert entry["reference"] == {"date": "2020-01-01"}
+    assert [c for c, _ in entry["coefficients"]] == [{"date": "2021-01-01"}, {"date": "2022-01-01"}]
+    raw = JoinRegressor(schemas, "y", categorical=["d"]).fit(
+        {"S": S.assign(d=[b"a", b"b", b"c"] * 10), "T": T}
+    )
+    with RefreshLogger(name + "-bytes", experiment="served", store_dir=tracked.store) as log:
+        with pytest.raises(ValueError, match="categorical variable 'd'.*no JSON form"):
+            log.log_refresh(raw)
+        assert tracked.client.get_run(log.run_id).data.metrics == {}
 
 
 def test_promotion_rule():
