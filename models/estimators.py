@@ -565,8 +565,9 @@ class _JoinModel(_Atomic, BaseEstimator, ABC):
     def _build(self) -> None:
         """Create the Maintainer and the model state from the parameters."""
 
-    def _check_params(self) -> None:
-        """Validate the parameters that only the refit reads (before a batch is applied)."""
+    def _check_params(self) -> dict[str, Any]:
+        """The parameters that only the refit reads, checked before a batch is applied."""
+        return {}
 
     def _start(self) -> None:
         """:meth:`_build`, then the windowed stream over the maintainer (if any)."""
@@ -644,7 +645,8 @@ class _JoinModel(_Atomic, BaseEstimator, ABC):
     def _partial(self, batches, sign: int):
         if not hasattr(self, "maintainer_"):
             self._start()
-        changed = [n for n, v in self._built_with.items() if not _same(getattr(self, n), v)]
+        built = getattr(self, "_built_with", {})  # (absent from models pickled before it)
+        changed = [n for n, v in built.items() if not _same(getattr(self, n), v)]
         if changed:
             raise ValueError(
                 f"{', '.join(changed)} changed since the model was fitted (set_params); they "
