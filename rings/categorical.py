@@ -79,14 +79,21 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import os
 import struct
+import weakref
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from ringml.rings.base import Ring, RingError, check_code_maps, recode_column
-from ringml.rings.covariance import CovarianceStatistics, _run_lengths, choose_shift
+from ringml.rings.covariance import (
+    CovarianceStatistics,
+    _run_lengths,
+    choose_shift,
+    share_shifts,
+)
 
 __all__ = ["GCPayload", "GCBatch", "GeneralizedCovarianceRing"]
 
@@ -98,7 +105,13 @@ _MISSING = object()
 Relation = float | dict  # scalar-face entry: a float (schema ()) or a dict key -> value
 
 
+#: the live rings by id (see :func:`~ringml.rings.covariance.share_shifts`)
+_RINGS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
 # ---------------------------------------------------------------------------- elements
+
+
 @dataclass(frozen=True)
 class GCPayload:
     """A scalar element ``(c, s, Q)``; treat as immutable.
@@ -598,6 +611,9 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         # one shift per variable; categorical variables are never shifted (0)
         self._shifts = np.zeros(len(cont) + len(cat))
         self._shifts[: len(cont)] = np.nan if self.shift else 0.0
+        # a random id, kept through pickling: copies in one process share the shifts
+        self._id = int.from_bytes(os.urandom(8), "little") >> 2
+        _RINGS[self._id] = self
         self._index = {v: i for i, v in enumerate(self.variables)}
         p, q = len(cont), len(cat)
         self._p, self._q = p, q
@@ -669,7 +685,10 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
     def __setstate__(self, state: dict[str, Any]) -> None:
         if "_shifts" not in state:  # pickled before shifts: its payloads are unshifted
             state.update(shift=False, compensated=False, _shifts=np.zeros(len(state["_index"])))
+        if "_id" not in state:  # pickled before ids: a ring of its own
+            state["_id"] = int.from_bytes(os.urandom(8), "little") >> 2
         self.__dict__.update(state)
+        share_shifts(_RINGS, self)
 
     def _settings(self) -> tuple:
         return (self.continuous, self.categorical, self.shift, self.compensated)

@@ -595,6 +595,26 @@ class _Reader:
 _RINGS: weakref.WeakValueDictionary[int, CovarianceRing] = weakref.WeakValueDictionary()
 
 
+def share_shifts(registry: weakref.WeakValueDictionary, ring: Any) -> None:
+    """Register an unpickled (or deep-copied) ring under its ``_id``; where the ring it was
+    copied from lives in this process, the two are one ring and share one shifts array,
+    so a payload of either reads right through the other (``query.ring.statistics(
+    restored.result())``).  The copy's fixed shifts fill the live ring's open ones (no
+    stored payload uses an open shift); a conflict (two copies that fixed a shift apart)
+    keeps the copy's own shifts."""
+    live = registry.setdefault(ring._id, ring)
+    if live is ring:
+        return
+    mine, theirs = ring._shifts, live._shifts
+    if mine.shape != theirs.shape:
+        return
+    both = ~np.isnan(mine) & ~np.isnan(theirs)
+    if np.array_equal(mine[both], theirs[both]):
+        fixed = np.isnan(theirs) & ~np.isnan(mine)
+        theirs[fixed] = mine[fixed]
+        ring._shifts = theirs
+
+
 class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
     """The continuous covariance ring of degree ``m = len(variables)`` (Definition 7).
 
@@ -643,7 +663,7 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         state.setdefault("_guard_floats", True)  # pickled before the guards: check always
         state.setdefault("_count_bound", math.inf)
         self.__dict__.update(state)
-        _RINGS.setdefault(self._id, self)
+        share_shifts(_RINGS, self)
 
     def _watch(self, top: float) -> None:
         """Turn the overflow check of store additions on for good once ``top`` (a bound

@@ -411,3 +411,34 @@ def test_categorical_views_with_deferred_tables_match_the_plain_merge(pending_mi
     got = deferred.result()
     assert got == want
     assert any(getattr(s.payload, "_deferred", None) is not None for s in deferred._stores.values())
+
+
+@pytest.mark.parametrize("categorical", [[], ["city"]])
+@pytest.mark.parametrize("clone", ["pickle", "deepcopy"])
+def test_a_copy_of_a_maintainer_shares_its_rings_shifts(clone, categorical):
+    """A maintainer copied (pickle round trip, deepcopy) before some variables were lifted:
+    the copy fixes their shifts, and ``query.ring.statistics(copy.result())`` (the README's
+    pattern, with the original query) read its payload with the original ring's open
+    shifts: silently wrong means.  Copies in one process now share the shifts."""
+    import copy
+    import pickle
+
+    relations = {"Sales": ["store", "item", "units"], "Stores": ["store", "size", "city"],
+                 "Items": ["item", "price"]}  # fmt: skip
+    query = covariance_query(relations, ["units", "size", "price", *categorical], categorical)
+    m = Maintainer(query)
+    stores = pd.DataFrame({"store": [1, 2], "size": [120.0, 300.0], "city": ["a", "b"]})
+    m.insert("Stores", stores)
+    c = pickle.loads(pickle.dumps(m)) if clone == "pickle" else copy.deepcopy(m)
+    items = pd.DataFrame({"item": [10, 11], "price": [2.5, 4.0]})
+    sales = pd.DataFrame({"store": [1, 1, 2], "item": [10, 11, 10], "units": [3.0, 1.0, 7.0]})
+    c.insert("Items", items)
+    c.insert("Sales", sales)
+    join = sales.merge(stores, on="store").merge(items, on="item")
+    expected = join[["units", "size", "price"]].mean().to_numpy()
+    args = ({"city": [0, 1]},) if categorical else ()
+    np.testing.assert_allclose(query.ring.statistics(c.result(), *args).mean[:3], expected)
+    np.testing.assert_allclose(c.ring.statistics(c.result(), *args).mean[:3], expected)
+    m.insert("Items", items)  # the original goes on with the shifts the copy fixed
+    m.insert("Sales", sales)
+    np.testing.assert_allclose(query.ring.statistics(m.result(), *args).mean[:3], expected)
