@@ -53,7 +53,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 import ringml
 from ringml.batch import TupleCounts, UpdateBatch, as_frame, feature_numbers
 from ringml.encoding import factorize
-from ringml.errors import BatchError, UnknownCategoryError
+from ringml.errors import BatchError, SubscriberError, UnknownCategoryError
 
 from .mutual_information import (
     EqualWidthBinner,
@@ -89,6 +89,8 @@ class _Atomic:
         saved = dict(self.__dict__)
         try:
             return change(*args, **kwargs)
+        except SubscriberError:  # the change was made (a subscriber of it raised)
+            raise
         except BaseException:
             self.__dict__.clear()
             self.__dict__.update(saved)
@@ -661,6 +663,7 @@ class _JoinModel(_Atomic, BaseEstimator, ABC):
         changes = None
         if feed is not None:  # a SQL join: base-table rows -> the rows of its FROM items
             updates, changes = feed.prepare(updates)
+        failed = None
         try:
             updates = self._prepare(updates)
             stream = getattr(self, "stream_", None)
@@ -669,7 +672,10 @@ class _JoinModel(_Atomic, BaseEstimator, ABC):
             if updates:
                 # the Maintainer (and the windowed stream) is atomic itself; a rejected batch
                 # changes no view
-                (self.maintainer_ if stream is None else stream).apply(updates)
+                try:
+                    (self.maintainer_ if stream is None else stream).apply(updates)
+                except SubscriberError as error:  # applied: refit, then raise it
+                    failed = error
         except BaseException:
             if changes:  # the prepared base-table rows are dropped with the batch
                 feed.abandon(changes)
@@ -689,6 +695,8 @@ class _JoinModel(_Atomic, BaseEstimator, ABC):
             raise
         if changes:
             feed.commit(changes)
+        if failed is not None:
+            raise failed
 
     def _prepare(self, updates: list[UpdateBatch]) -> list[UpdateBatch]:
         return updates

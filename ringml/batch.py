@@ -65,21 +65,35 @@ class UpdateBatch:
         if self.multiplicity is None:
             return np.ones(len(self.rows), dtype=np.int64)
         mult = np.asarray(self.multiplicity)
-        if mult.dtype.kind not in "iu":
-            if (
-                mult.dtype.kind == "f"
-                and np.all(np.isfinite(mult))
-                and np.all(mult == np.round(mult))
-            ):
-                mult = mult.astype(np.int64)
-            else:
-                raise BatchError(
-                    f"relation {self.relation!r}: multiplicities must be integers, got "
-                    f"{mult.dtype}",
-                    self.relation,
-                    "multiplicity",
-                    None,
-                )
+        kind = mult.dtype.kind
+        if kind == "O" and all(
+            isinstance(m, numbers.Integral) and not isinstance(m, bool | np.bool_)
+            for m in mult.ravel().tolist()
+        ):  # Python ints beyond uint64
+            beyond = np.asarray([abs(int(m)) >= 2**63 for m in mult.ravel().tolist()])
+        elif kind == "f" and np.all(np.isfinite(mult)) and np.all(mult == np.round(mult)):
+            beyond = np.abs(mult) >= 2.0**63
+        elif kind == "u":
+            beyond = mult >= np.uint64(2**63)
+        elif kind == "i":
+            beyond = mult == np.iinfo(np.int64).min  # its negation (a delete) wraps
+        else:
+            raise BatchError(
+                f"relation {self.relation!r}: multiplicities must be integers, got {mult.dtype}",
+                self.relation,
+                "multiplicity",
+                None,
+            )
+        if beyond.any():
+            at = int(np.flatnonzero(beyond.ravel())[0])
+            value = mult.ravel()[at]
+            value = value.item() if isinstance(value, np.generic) else value
+            raise BatchError(
+                f"relation {self.relation!r}: multiplicity {value!r} (row {at}) is beyond int64",
+                self.relation,
+                "multiplicity",
+                value,
+            )
         return mult.astype(np.int64)
 
 
@@ -513,12 +527,13 @@ class BatchPreparer:
                 "multiplicity",
             )
         condition = self.query.filters.get(relation)
+        mask = None
         if condition is not None:  # a predicate: BatchError on values it cannot compare
             if list(frame.columns) != list(columns):
                 frame = frame[list(columns)]
             mask = condition.mask(frame, relation)
-            if not mask.all():
-                frame, signs = frame[mask], signs[mask]
+        # every row is checked and counted, those the filter drops too (bad keys, deletes
+        # of absent tuples); only the passing ones reach the views
         prepared = PreparedRows(relation, len(frame), multiplicity=signs)
         arrays = _column_arrays(frame, columns)
         self._convert(relation, dict(zip(columns, arrays, strict=True)), prepared)
@@ -535,6 +550,11 @@ class BatchPreparer:
                     row,
                 )
             prepared.tuple_ids, prepared.tuple_delta = unique, net
+        if mask is not None and not mask.all():
+            prepared.size = int(np.count_nonzero(mask))
+            prepared.multiplicity = signs[mask]
+            prepared.codes = {c: v[mask] for c, v in prepared.codes.items()}
+            prepared.values = {c: v[mask] for c, v in prepared.values.items()}
         return prepared
 
     def prepare_factor(self, relation: str, frame: pd.DataFrame) -> PreparedRows:

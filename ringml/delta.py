@@ -10,11 +10,12 @@ form.  Without free variables the result is one payload keyed by ``()``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
 
+from .errors import SubscriberError
 from .rings.base import Ring
 
 
@@ -136,3 +137,20 @@ class Groups:
 
 #: The change of a result caused by one apply: per changed group, payload and count changes.
 ResultDelta = Groups
+
+
+def notify(deliveries: Iterable[tuple[Callable[[object], object], object]]) -> None:
+    """Call ``callback(change)`` for every pair, also after one raised; then
+    :class:`~ringml.errors.SubscriberError` (the changes were applied) if any did."""
+    errors: list[tuple[object, BaseException]] = []
+    for callback, change in list(deliveries):
+        try:
+            callback(change)
+        except Exception as error:  # an interrupt stops at once; anything else waits
+            errors.append((callback, error))
+    if errors:
+        raise SubscriberError(
+            f"{len(errors)} subscriber(s) raised when handed the change of an applied batch "
+            f"(it stays applied; every other subscriber got it): {errors[0][1]!r}",
+            errors,
+        ) from errors[0][1]

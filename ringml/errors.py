@@ -43,3 +43,13 @@ class UnknownCategoryError(RingmlError, ValueError):
         super().__init__(message)
         self.column = column
         self.value = value
+
+
+class SubscriberError(RingmlError, RuntimeError):
+    """A subscriber raised when it was handed a change.  The batch *was* applied: every
+    view holds it and every other subscriber got the change.  ``errors`` pairs each
+    callback that raised with its exception (the first is the ``__cause__``)."""
+
+    def __init__(self, message: str, errors: list[tuple[object, BaseException]]) -> None:
+        super().__init__(message)
+        self.errors = errors

@@ -22,6 +22,7 @@ identical streams.  Every apply returns the change of the result it caused
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -31,10 +32,10 @@ import pandas as pd
 
 from . import operators as ops
 from .batch import BatchPreparer, PreparedRows, UpdateBatch, as_frame
-from .delta import Groups, ResultDelta
+from .delta import Groups, ResultDelta, notify
 from .encoding import Dictionary
 from .enumeration import enumerate_nu
-from .errors import BatchError, InputTypeError, SchemaError
+from .errors import BatchError, InputTypeError, SchemaError, SubscriberError
 from .nu_tree import NuTree, build_nu, nu_order
 from .plan import (
     MaintenancePlan,
@@ -198,7 +199,17 @@ class Maintainer:
         :meth:`load` open)."""
         batches = _as_batches(batches)
         self._check_updatable([batch.relation for batch in batches])
-        delta = self._apply(batches)
+        return self._apply_ending_load(batches)
+
+    def _apply_ending_load(self, batches: Sequence[UpdateBatch]) -> ResultDelta | None:
+        """:meth:`_apply`; an apply that succeeded ends the loading phase (one whose
+        subscriber raised too: the batch was applied)."""
+        try:
+            delta = self._apply(batches)
+        except SubscriberError:
+            if self._loading:
+                self._finish_loading()
+            raise
         if self._loading:
             self._finish_loading()
         return delta
@@ -582,7 +593,7 @@ class Maintainer:
     # ------------------------------------------------------------------ factorized updates
     def apply_factorized(
         self, relation: str, factors: Sequence[pd.DataFrame], multiplicity: int = 1
-    ) -> None:
+    ) -> ResultDelta | None:
         """Apply ``δR = multiplicity · (F1 ⊗ F2 ⊗ ...)`` without expanding the product (§7).
 
         Each factor is a DataFrame over some of ``relation``'s columns; the factors' columns
@@ -590,7 +601,10 @@ class Maintainer:
         the product, so the cost follows the factors' sizes, not the product's; a
         materialized view on the path receives the product of the factors over its own keys
         only.  With absent deletes checked, the expanded tuples are still fingerprinted for
-        the bookkeeping; ``allow_absent_deletes=True`` skips even that.
+        the bookkeeping; ``allow_absent_deletes=True`` skips even that.  Returns the change
+        of the result when there are subscribers (they get it too: the product is then
+        expanded, the factorized path not summing the result's change) or another strategy
+        than fivm runs, else None.
         """
         self._check_updatable([relation])
         if isinstance(factors, str | bytes | Mapping | pd.DataFrame):
@@ -609,16 +623,27 @@ class Maintainer:
                 f"the relation's columns {list(columns)}",
                 relation,
             )
-        if int(multiplicity) != multiplicity or multiplicity == 0:
-            raise BatchError(f"relation {relation!r}: multiplicity must be a non-zero integer")
-        if self.strategy != "fivm" or any(len(f) == 0 for f in factors):
+        if (
+            isinstance(multiplicity, bool)
+            or not isinstance(multiplicity, numbers.Real)
+            or not float(multiplicity).is_integer()
+            or multiplicity == 0
+            or abs(multiplicity) >= 2**63
+        ):
+            raise BatchError(
+                f"relation {relation!r}: multiplicity must be a non-zero integer within int64, "
+                f"got {multiplicity!r}",
+                relation,
+                "multiplicity",
+                multiplicity,
+            )
+        if self.strategy != "fivm" or any(len(f) == 0 for f in factors) or self._subscribers:
+            # (subscribers need the result's change, which the factorized path does not sum)
             expanded = _cross_product(factors)[list(columns)]
             mult = np.full(len(expanded), int(multiplicity), dtype=np.int64)
-            if len(expanded):
-                self._apply([UpdateBatch(relation, expanded, mult)])
-            if self._loading:
-                self._finish_loading()
-            return
+            if not len(expanded):
+                return None
+            return self._apply_ending_load([UpdateBatch(relation, expanded, mult)])
         prepared = [self._preparer.prepare_factor(relation, f) for f in factors]
         for rows in prepared:
             self._check_lifts(rows)
@@ -773,8 +798,7 @@ class Maintainer:
             free, codes, payload, support, ring, self.decode, prune=True, previous=previous
         )
         if self._subscribers and delta:
-            for callback in list(self._subscribers):
-                callback(delta)
+            notify([(callback, delta) for callback in self._subscribers])
         return delta
 
     def _combine(self, keys: tuple[str, ...], roots: list[ops.Rows]):

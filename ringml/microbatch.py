@@ -36,7 +36,7 @@ import pandas as pd
 
 from .batch import EXACT_IN_FLOAT, UpdateBatch, exact_column
 from .delta import ResultDelta
-from .errors import BatchError, InputTypeError
+from .errors import BatchError, InputTypeError, SubscriberError
 
 __all__ = ["Flush", "MicroBatcher"]
 
@@ -186,35 +186,42 @@ class MicroBatcher:
 
     def flush(self) -> Flush:
         """Apply every pending update now (see the module docstring); the buffer is empty
-        afterwards, whatever was rejected (an error that is not a rejection is raised, the
-        updates left pending)."""
+        afterwards, whatever was rejected.  An error that is not a rejection is raised, the
+        updates not applied left pending; a :class:`~ringml.errors.SubscriberError` (a
+        subscriber raised, the updates were applied) carries the :class:`Flush` as
+        ``error.flush``."""
         pending, self._pending = self._pending, {}
         since, report = self._since, Flush(rows=self._rows)
         self._rows, self._since = 0, None
         if not pending:
             return report
+        updates = sorted(u for r, p in pending.items() for u in self._updates(r, p))
         try:
             batches = [self._batch(relation, p) for relation, p in pending.items()]
             report.deltas.append(self.target.apply(batches))
         except BatchError:
             pass  # nothing changed: find the rejected updates one at a time
+        except SubscriberError as error:  # applied; a subscriber failed
+            report.applied = [id for _, id, *_ in updates]
+            error.flush = report
+            raise
         except BaseException:  # not a rejection (a bug, an interrupt): nothing is dropped
             self._pending, self._rows, self._since = pending, report.rows, since
             raise
         else:
-            arrivals, ids = [], []
-            for p in pending.values():
-                arrivals += p.arrivals + [b[0] for b in p.batches]
-                ids += p.ids + [b[1] for b in p.batches]
-            report.applied = [ids[i] for i in np.argsort(arrivals, kind="stable")]
+            report.applied = [id for _, id, *_ in updates]
             return report
-        updates = sorted(u for r, p in pending.items() for u in self._updates(r, p))
         for k, (_, id, relation, values, signs) in enumerate(updates):
             try:
                 report.deltas.append(self.target.apply(self._single(relation, values, signs)))
                 report.applied.append(id)
             except BatchError as error:
                 report.rejected.append((id, error))
+            except SubscriberError as error:  # applied; the later updates stay pending
+                report.applied.append(id)
+                self._requeue(updates[k + 1 :], since)
+                error.flush = report
+                raise
             except BaseException:  # not a rejection: this update and the later ones stay
                 self._requeue(updates[k:], since)
                 raise

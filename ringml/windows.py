@@ -64,7 +64,7 @@ import pandas as pd
 
 from .batch import UpdateBatch, as_frame
 from .encoding import Dictionary, factorize_rows
-from .errors import BatchError, InputTypeError, RingmlError, SchemaError
+from .errors import BatchError, InputTypeError, RingmlError, SchemaError, SubscriberError
 from .rings.scalar import INT64_MAX
 
 __all__ = [
@@ -701,11 +701,13 @@ class WindowedStream:
         kind = self._clock.kind  # a rejected first batch does not fix the kind of time
         try:
             plan = self._plan(batches, explicit)
-            results = self._apply_targets(plan)
+            results, failed = self._apply_targets(plan)
         except BaseException:
             self._clock.kind = kind
             raise
         self._commit(plan)
+        if failed is not None:  # applied everywhere; a subscriber raised
+            raise failed
         return results[0] if results else None
 
     def _accept(self, batch: UpdateBatch, late: dict[str, list[pd.DataFrame]]):
@@ -836,12 +838,19 @@ class WindowedStream:
         frame = None if rows is None else rows.frame()
         return pattern._advance(parts, frame, self._complete_through(pattern.table, plan.watermark))
 
-    def _apply_targets(self, plan: _Plan) -> list[Any]:
+    def _apply_targets(self, plan: _Plan) -> tuple[list[Any], SubscriberError | None]:
+        """Every target's apply (undone on all if one fails); a target whose subscriber
+        raised has applied: the others go on, and the first such error is returned."""
         done: list[tuple[Any, list[UpdateBatch]]] = []
         results = []
+        failed = None
         try:
             for target, batches in zip(self.targets, plan.per_target, strict=True):
-                results.append(target.apply(batches) if batches else None)
+                try:
+                    results.append(target.apply(batches) if batches else None)
+                except SubscriberError as error:
+                    failed = failed or error
+                    results.append(None)
                 done.append((target, batches))
         except BaseException:  # a rejection, a bug or an interrupt: the targets stay equal
             for target, batches in reversed(done):  # undo: the inverse batches
@@ -850,7 +859,7 @@ class WindowedStream:
                         [UpdateBatch(b.relation, b.rows, -b.signs()) for b in reversed(batches)]
                     )
             raise
-        return results
+        return results, failed
 
     def _commit(self, plan: _Plan) -> None:
         for table, (parts, rows) in plan.inserts.items():

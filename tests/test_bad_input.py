@@ -779,3 +779,34 @@ def one_hot(handle_unknown: str) -> ColumnTransformer:
         [("c", OneHotEncoder(drop="first", handle_unknown=handle_unknown), ["c"])],
         remainder="passthrough",
     )
+
+
+@pytest.mark.parametrize(
+    "multiplicity",
+    [[2**63], np.array([2**64 - 1], dtype=np.uint64), [2**70], [1e19], [-(2**63)]],
+)
+def test_multiplicities_beyond_int64_are_refused(multiplicity):
+    """They wrapped around: 2**63 became -2**63 (a delete), uint64 2**64 - 1 became -1."""
+    m = rm.Maintainer(rm.Query({"R": ["A"]}, IntegerRing()), allow_absent_deletes=True)
+    with pytest.raises(BatchError, match=r"multiplicity .* \(row 0\) is beyond int64"):
+        m.apply(rm.UpdateBatch("R", pd.DataFrame({"A": [1]}), multiplicity))
+    assert m.result() == 0
+
+
+def test_rows_a_filter_drops_are_still_checked():
+    """A relation's filter dropped rows before validation: a delete of a tuple never
+    inserted, a None key and a tuple key passed silently when the filter rejected them."""
+    m = rm.Maintainer(rm.Query({"R": ["A", "x"]}, IntegerRing(), filters={"R": "x > 0"}))
+    m.insert("R", pd.DataFrame({"A": [1, 2], "x": [-5.0, 3.0]}))  # (1, -5.0): kept, filtered
+    assert m.result() == 1
+    m.delete("R", pd.DataFrame({"A": [1], "x": [-5.0]}))  # present: accepted
+    for rows, message in [
+        ({"A": [1], "x": [-5.0]}, "not present"),  # deleted above
+        ({"A": [None], "x": [-1.0]}, "cannot be a key"),
+        ({"A": [(1, 2)], "x": [-1.0]}, "cannot be a key"),
+    ]:
+        frame = pd.DataFrame(rows)
+        apply = m.delete if message == "not present" else m.insert
+        with pytest.raises(BatchError, match=message):
+            apply("R", frame)
+    assert m.result() == 1

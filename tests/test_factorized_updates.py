@@ -121,3 +121,31 @@ def test_bad_factorized_updates_change_nothing():
     static = Maintainer(Query(RELATIONS, IntegerRing()), order=FIG3, updatable=["R"])
     with pytest.raises(BatchError, match="static"):
         static.apply_factorized("S", [pd.DataFrame({"A": [1]}), pd.DataFrame({"C": [1], "E": [1]})])
+
+
+@pytest.mark.parametrize("multiplicity", [float("nan"), 2**70, 0.5, True, "1", 0])
+def test_bad_factorized_multiplicities_are_named(multiplicity):
+    """NaN raised a bare ValueError, 2**70 an OverflowError (or 'got object')."""
+    m = loaded(Query(RELATIONS, IntegerRing()))
+    factors = [pd.DataFrame({"A": [1]}), pd.DataFrame({"C": [1], "E": [1]})]
+    with pytest.raises(BatchError, match="multiplicity must be a non-zero integer within int64"):
+        m.apply_factorized("S", factors, multiplicity=multiplicity)
+    assert m.result() == 10
+
+
+@pytest.mark.parametrize("strategy", ["fivm", "first_order", "recompute", "higher_order"])
+def test_factorized_updates_reach_subscribers(strategy):
+    """Under fivm the factorized path never published the result's change."""
+    query = Query({"R": ["A", "B"], "S": ["A", "C"]}, IntegerRing(), free=["A"])
+    m = Maintainer(query, strategy=strategy)
+    seen: dict = {}
+
+    def mirror(delta):
+        for key, value in delta.items():
+            seen[key] = seen.get(key, 0) + value
+
+    m.subscribe(mirror)
+    m.insert("R", pd.DataFrame({"A": [1, 2], "B": [1, 1]}))
+    delta = m.apply_factorized("S", [pd.DataFrame({"A": [1, 2]}), pd.DataFrame({"C": [5, 6]})])
+    assert dict(delta.items()) == {(1,): 2, (2,): 2}
+    assert seen == m.result() == {(1,): 2, (2,): 2}

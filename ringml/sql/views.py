@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ..batch import UpdateBatch
+from ..delta import notify
 from ..encoding import factorize, factorize_rows
 from ..errors import BatchError, InputTypeError, RingmlError
 from ..keyindex import KeyIndex
@@ -1070,10 +1071,12 @@ class Database:
             raise
         for table, change in changes.items():
             self._tables[table].commit(change)
-        for view, diff in diffs:
-            if diff is not None and len(diff):
-                for subscription in list(view._subscribers):
-                    subscription.callback(diff)
+        notify(
+            (subscription.callback, diff)
+            for view, diff in diffs
+            if diff is not None and len(diff)
+            for subscription in list(view._subscribers)
+        )
 
     def _apply_views(self, changes: Mapping[str, TableChange]) -> list[tuple[View, object]]:
         """Feed checked table changes to every view reading a changed table (all views
