@@ -17,6 +17,26 @@ _STREAM_ONLY = [
 _WINDOW_ONLY = [("--days", "days"), ("--lateness", "lateness"), ("--batch-days", "batch_days")]
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number >= 0")
+    return value
+
+
 def _demo(args: argparse.Namespace) -> int:
     given = [flag for flag, name in _STREAM_ONLY if getattr(args, name) not in (None, False)]
     if args.window is not None:
@@ -88,10 +108,19 @@ def _explain(args: argparse.Namespace) -> int:
         "retailer": lambda: datasets.retailer_snowflake(seed=0),
         "favorita": lambda: datasets.favorita_star(seed=0),
     }
+    from .errors import RingmlError
+
     data = loaders[args.dataset]()
     relations = {name: list(frame.columns) for name, frame in data.relations.items()}
-    updatable = args.updatable.split(",") if args.updatable else None
-    maintainer = Maintainer(covariance_query(relations), updatable=updatable, order=args.order)
+    updatable = None
+    if args.updatable is not None:
+        updatable = [name.strip() for name in args.updatable.split(",") if name.strip()]
+        if not updatable:
+            args.parser.error("--updatable names no relation")
+    try:
+        maintainer = Maintainer(covariance_query(relations), updatable=updatable, order=args.order)
+    except RingmlError as error:  # a bad order or relation name: the user's, no traceback
+        args.parser.error(str(error))
     print(maintainer.explain())
     return 0
 
@@ -116,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     demo.add_argument(
         "--window",
-        type=int,
+        type=_positive_int,
         default=None,
         metavar="DAYS",
         help="window mode: House sales with a sale time stream in, and the price model and "
@@ -126,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     demo.add_argument(
         "--postcodes",
-        type=int,
+        type=_positive_int,
         default=None,
         help="database scale (default 1000: 21,000 tuples, a 200,000-row join; with "
         "--window 500 postcodes, 10,000 sales)",
@@ -138,24 +167,29 @@ def main(argv: list[str] | None = None) -> int:
         help="fraction of the stream that deletes earlier inserts (default 0.3)",
     )
     demo.add_argument(
-        "--batch-size", type=int, default=None, help="tuples per stream batch (default 1000)"
+        "--batch-size",
+        type=_positive_int,
+        default=None,
+        help="tuples per stream batch (default 1000)",
     )
     demo.add_argument(
         "--micro-batches",
-        type=int,
+        type=_positive_int,
         default=None,
         help="at most this many Spark micro-batches (one feed file each; default 24)",
     )
-    demo.add_argument("--days", type=int, default=None, help="--window: days of sales (default 60)")
+    demo.add_argument(
+        "--days", type=_positive_int, default=None, help="--window: days of sales (default 60)"
+    )
     demo.add_argument(
         "--batch-days",
-        type=int,
+        type=_positive_int,
         default=None,
         help="--window: days of arrivals per micro-batch (default 3)",
     )
     demo.add_argument(
         "--lateness",
-        type=float,
+        type=_non_negative,
         default=None,
         help="--window: days the watermark stays behind the latest sale time; sales that "
         "arrive later than that are dead letters (default 1)",
@@ -221,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     explain.add_argument(
         "--updatable", default=None, help="comma-separated updatable relations (default: all)"
     )
-    explain.set_defaults(run=_explain)
+    explain.set_defaults(run=_explain, parser=explain)
     args = parser.parse_args(argv)
     return args.run(args)
 

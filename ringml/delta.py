@@ -124,15 +124,22 @@ class Groups:
 
     def to_frame(self, value: Callable = lambda p: p) -> pd.DataFrame:
         """One row per changed group: the free variables, ``payload`` (``value`` of the
-        change) and ``support`` (the change of the derivation count)."""
+        change) and ``support`` (the change of the derivation count); those two names take
+        a trailing ``_`` while a free variable has them."""
         frame = pd.DataFrame(self.columns(), columns=list(self.free))
-        frame["payload"] = [value(p) for p in self.payloads()]
+        frame[_fresh("payload", frame.columns)] = [value(p) for p in self.payloads()]
         if self.support is not None:
-            frame["support"] = self.support
+            frame[_fresh("support", frame.columns)] = self.support
         return frame
 
     def __repr__(self) -> str:
         return f"Groups({len(self)} group(s) over {list(self.free)})"
+
+
+def _fresh(name: str, taken) -> str:
+    while name in taken:
+        name += "_"
+    return name
 
 
 #: The change of a result caused by one apply: per changed group, payload and count changes.

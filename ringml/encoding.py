@@ -1,12 +1,12 @@
 """Dictionary encoding of column values to dense integer codes, once, at the edge.
 
-Values of any type a user has (ints, floats, decimals, strings, bytes, booleans, dates, times
-and durations) map to codes ``0, 1, 2, ...`` per variable, shared by every relation in which
-the variable occurs, so the engine joins and groups on int64 arrays only.  Two values get
-one code exactly when Python finds them equal: numbers by value across types (``1 == 1.0
-== Decimal("1")``), never a number and its text (``1 != "1"``), text and bytes
-(``"a" != b"a"``) or a date and its text.  NaN, None and values of other types (tuples,
-lists, ...) are rejected.
+Values of any type a user has (ints, floats, decimals, strings, bytes, booleans, dates,
+timestamps and durations) map to codes ``0, 1, 2, ...`` per variable, shared by every
+relation in which the variable occurs, so the engine joins and groups on int64 arrays
+only.  Two values get one code exactly when Python finds them equal: numbers by value
+across types (``1 == 1.0 == Decimal("1")``), never a number and its text (``1 != "1"``),
+text and bytes (``"a" != b"a"``) or a date and its text.  NaN, None and values of other
+types (tuples, lists, times of day, ...) are rejected.
 """
 
 from __future__ import annotations
@@ -200,7 +200,8 @@ def _object_keys(objects: np.ndarray, keys: np.ndarray) -> None:
         i = int(np.flatnonzero(kinds < 0)[0])
         raise EncodingError(
             f"value {objects[i]!r} of type {type(objects[i]).__name__} cannot be a key (keys "
-            "are numbers, text, bytes, booleans, dates, times and durations)",
+            "are numbers, text, bytes, booleans, dates, timestamps and durations; a time of day "
+            "is not)",
             i,
             objects[i],
         )

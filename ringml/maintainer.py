@@ -453,7 +453,15 @@ class Maintainer:
         """The values of ``variable`` behind integer codes (e.g. category keys of payloads)."""
         if variable not in self._dictionaries:
             raise KeyError(f"unknown variable {variable!r}")
-        return self._dictionaries[variable].decode(np.asarray(codes, dtype=np.int64))
+        dictionary = self._dictionaries[variable]
+        codes = np.asarray(codes, dtype=np.int64)
+        if codes.size and (codes.min() < 0 or codes.max() >= len(dictionary)):
+            bad = codes[(codes < 0) | (codes >= len(dictionary))].flat[0]
+            raise KeyError(
+                f"variable {variable!r} has no value of code {int(bad)} (codes 0 to "
+                f"{len(dictionary) - 1}; codes_of gives -1 for a value never seen)"
+            )
+        return dictionary.decode(codes)
 
     def groups_matching(self, variables: Sequence[str], values: Sequence) -> np.ndarray:
         """Codes (in ``query.free`` order) of the current groups whose free ``variables``

@@ -442,3 +442,34 @@ def test_a_copy_of_a_maintainer_shares_its_rings_shifts(clone, categorical):
     m.insert("Items", items)  # the original goes on with the shifts the copy fixed
     m.insert("Sales", sales)
     np.testing.assert_allclose(query.ring.statistics(m.result(), *args).mean[:3], expected)
+
+
+def test_to_frame_keeps_free_variables_named_payload_or_support():
+    """They were overwritten by the aggregate and the count."""
+    from ringml.rings import RealRing
+
+    from ringml.query import Query
+
+    query = Query({"R": ["support", "payload", "x"]}, RealRing(["x"]), free=["support", "payload"])
+    m = Maintainer(query)
+    rows = pd.DataFrame({"support": ["s1", "s2"], "payload": ["p1", "p2"], "x": [10.0, 20.0]})
+    delta = m.insert("R", rows)
+    for frame in (delta.to_frame(), m.groups().to_frame()):
+        assert list(frame.columns) == ["support", "payload", "payload_", "support_"]
+        assert frame[["support", "payload"]].values.tolist() == [["s1", "p1"], ["s2", "p2"]]
+        assert frame["payload_"].tolist() == [10.0, 20.0] and frame["support_"].tolist() == [1, 1]
+
+
+def test_decode_refuses_codes_it_has_no_value_for():
+    """-1 (codes_of's 'never seen') decoded to the last value, a code past the end raised
+    a bare IndexError."""
+    from ringml.rings import IntegerRing
+
+    from ringml.query import Query
+
+    m = Maintainer(Query({"R": ["A"]}, IntegerRing(), free=["A"]))
+    m.insert("R", pd.DataFrame({"A": ["alice", "bob"]}))
+    assert m.decode("A", m.codes_of("A", ["bob", "alice"])).tolist() == ["bob", "alice"]
+    for codes in ([-1], m.codes_of("A", ["carol"]), [7]):
+        with pytest.raises(KeyError, match="variable 'A' has no value of code"):
+            m.decode("A", codes)
