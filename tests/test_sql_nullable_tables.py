@@ -513,6 +513,9 @@ def test_views_over_not_null_columns_compile_as_before():
     for sql in (
         "SELECT a, SUM(x) AS s, COUNT(*) AS c, MIN(x) AS m FROM R WHERE b <> 1 GROUP BY a",
         "SELECT DISTINCT r1.a FROM R r1 JOIN R r2 ON r1.a = r2.b",
+        "SELECT a FROM R WHERE b IN (SELECT a FROM R WHERE x > 0) OR a > ALL (SELECT b FROM R)"
+        " OR a <> ANY (SELECT b FROM R) OR x > (SELECT SUM(x) FROM R r2 WHERE r2.a = R.b)",
+        "SELECT b, COUNT(DISTINCT a) AS n, MAX(a) AS m FROM R GROUP BY b",
     ):
         assert plain.create_view("v", sql).explain() == mixed.create_view("v", sql).explain()
         plain.drop_view("v")
@@ -530,3 +533,21 @@ def test_a_training_query_refuses_a_nullable_feature():
         training_join("SELECT a, y FROM R", catalog)
     join = training_join("SELECT b, y FROM R WHERE a IS NOT NULL", catalog)
     assert join.features == ("b", "y")
+
+
+def test_a_stream_table_with_nullable_columns_expires_rows_holding_nulls():
+    from ringml.sql.streams import StreamDatabase
+
+    sdb = StreamDatabase()
+    sdb.create_stream_table("CREATE TABLE E (t DOUBLE, k BIGINT NULL, v DOUBLE NULL)", "t", 10.0)
+    sql = "SELECT k, COUNT(*) AS n, SUM(v) AS s, MAX(v) AS m FROM E GROUP BY k"
+    view = sdb.create_view("w", sql, window="RANGE 20")
+    rows = pd.DataFrame({"t": [1.0, 2.0, 15.0], "k": [None, 1, None], "v": [1.0, None, None]})
+    sdb.insert("E", rows)
+    assert_same_rows(view.to_pandas(), duckdb_rows(sql, {"E": rows}), "before expiry")
+    sdb.advance_watermark(35.0)  # the rows of t < 15 leave the window
+    left = rows.iloc[2:].reset_index(drop=True)
+    assert_same_rows(view.to_pandas(), duckdb_rows(sql, {"E": left}), "after expiry")
+    assert_same_rows(sdb.window_rows("E", "RANGE 20"), left, "the window's rows")
+    with pytest.raises(SqlError, match="event-time column 't' is declared NULL"):
+        sdb.create_stream_table("CREATE TABLE F (t DOUBLE NULL, k BIGINT)", "t", 10.0)

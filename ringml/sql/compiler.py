@@ -18,7 +18,8 @@ view's strategy, and what is read after it is kept per batch (:mod:`ringml.sql.r
 
 * ``MIN``/``MAX`` and ``COUNT``/``SUM``/``AVG(DISTINCT x)`` over an expression of one item:
   ``x`` becomes a *hidden key* -- the engine keeps the multiset of its values per group,
-  exact under deletes -- and the output groups collapse the hidden keys.
+  exact under deletes -- and the output groups collapse the hidden keys (a nullable ``x``'s
+  NULL indicator is hidden too, and the collapse skips its NULL groups).
 * Any other WHERE conjunct over several items -- inequality and band joins, ``OR`` across
   tables, conditions on subqueries: its columns become hidden keys and the condition (the
   *residual* filter) selects the engine groups that count.  Two items joined by one
@@ -30,7 +31,9 @@ view's strategy, and what is read after it is kept per batch (:mod:`ringml.sql.r
   most one inequality (a SUM/COUNT summed over the range by prefix sums); ``EXISTS``/``NOT
   EXISTS``, ``IN``/``NOT IN`` and ``op ALL``/``op ANY|SOME`` as row counts with the
   comparison as a correlation; ``IN`` over an uncorrelated grouped subquery as membership in
-  its rows; FROM-less ``(SELECT SUM(c) WHERE cond)``.  An empty SUM or COUNT subquery is 0
+  its rows; FROM-less ``(SELECT SUM(c) WHERE cond)``.  A correlated inner side that can be
+  NULL leaves its NULL rows out (they meet no outer value); ``IN``/``ANY``/``ALL`` then
+  count them apart, for SQL's NULL where no other row decides.  An empty SUM or COUNT subquery is 0
   (ring semantics, as in DBToaster; ``dbtoaster_queries.gmr_sql`` is the SQL another database
   runs for the same answer), AVG/MIN/MAX NULL.
 * Derived tables and CTEs with GROUP BY, HAVING or DISTINCT: a view of their own whose row

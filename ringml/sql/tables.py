@@ -270,10 +270,12 @@ class TableStore:
 
     def fingerprints(self, columns: Columns | pd.DataFrame) -> np.ndarray:
         """A 64-bit key of every typed row (equal rows, equal keys).  A text column holds
-        only ``str`` values (``conform``: no NULLs, nothing else), so it enters as the 64-bit
-        hash of its strings (``pd.util.hash_array``, the hash the engine keys text by),
-        without the engine's per-value scan for numbers held in object columns.  The keys
-        are this store's own: only :meth:`prepare` and :meth:`commit` compare them."""
+        only ``str`` values (``conform``: no NULLs -- a nullable one holds ``""`` in its NULL
+        rows --, nothing else), so it enters as the 64-bit hash of its strings
+        (``pd.util.hash_array``, the hash the engine keys text by), without the engine's
+        per-value scan for numbers held in object columns; each nullable column's NULL mask
+        is one more key.  The keys are this store's own: only :meth:`prepare` and
+        :meth:`commit` compare them."""
         if isinstance(columns, pd.DataFrame):
             columns = {c: self._typed(c, columns[c]) for c in self.schema.columns}
         arrays = [_values(columns[c]) for c in self.schema.columns]
