@@ -551,3 +551,19 @@ def test_a_stream_table_with_nullable_columns_expires_rows_holding_nulls():
     assert_same_rows(sdb.window_rows("E", "RANGE 20"), left, "the window's rows")
     with pytest.raises(SqlError, match="event-time column 't' is declared NULL"):
         sdb.create_stream_table("CREATE TABLE F (t DOUBLE NULL, k BIGINT)", "t", 10.0)
+
+
+def test_a_bad_value_in_a_nullable_column_is_named_by_its_row():
+    db = Database("CREATE TABLE R (a BIGINT NULL, d DATE NULL)")
+    with pytest.raises(BatchError, match=r"column 'a' \(BIGINT\): value 'x' \(row 2\) is not a"):
+        db.insert("R", {"a": [None, 1, "x"], "d": [None, None, None]})
+    with pytest.raises(BatchError, match=r"column 'd' \(DATE\): value 'nope' \(row 1\) is not a"):
+        db.insert("R", {"a": [None, 1], "d": [None, "nope"]})
+    assert len(db.table("R")) == 0
+    db.insert("R", {"a": [None, 2**62], "d": [None, "2020-01-01"]})  # exact, as a BIGINT
+    frame = db.table("R").sort_values("d")
+    assert frame["a"].dtype == "Int64" and frame["a"].tolist()[0] == 2**62
+    assert frame["a"].isna().tolist() == [False, True] and frame["d"].isna().tolist() == [
+        False,
+        True,
+    ]

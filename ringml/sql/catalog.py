@@ -264,28 +264,30 @@ def conform_nullable(table: str, column: str, kind: str, series) -> tuple[np.nda
     null = _nulls(values)
     if not null.any():
         return conform_column(table, column, kind, values), null
-    n = values.shape[0]
-    present = np.flatnonzero(~null)
-    if not present.size:  # every row NULL
-        return np.full(n, _FILL[kind], dtype=_EMPTY[kind]), null
-    # NULL rows take a present value of the column (its type as the others'), checked
-    # with them, then the kind's fill: a NULL row's values are the same in every batch
-    values = values.copy()
-    values[null] = values[present[0]]
-    out = conform_column(table, column, kind, values)
-    out[null] = _FILL[kind]
+    present = np.flatnonzero(~null)  # checked alone (messages name their batch rows)
+    out = np.full(values.shape[0], _FILL[kind], dtype=_EMPTY[kind])
+    out[present] = conform_column(table, column, kind, values[present], present)
     return out, null
 
 
-def _reject(table: str, column: str, kind: str, values: np.ndarray, bad: np.ndarray, why: str):
+def _reject(
+    table: str,
+    column: str,
+    kind: str,
+    values: np.ndarray,
+    bad: np.ndarray,
+    why: str,
+    rows: np.ndarray | None = None,
+):
     at = int(np.flatnonzero(bad)[0])
     value = values[at]
     if isinstance(value, np.datetime64 | np.timedelta64):  # .item() gives nanoseconds
         value = pd.Timestamp(value) if isinstance(value, np.datetime64) else pd.Timedelta(value)
     elif isinstance(value, np.generic):
         value = value.item()
+    row = at if rows is None else int(rows[at])
     raise BatchError(
-        f"table {table!r}, column {column!r} ({SQL_NAME[kind]}): value {value!r} (row {at}) {why}",
+        f"table {table!r}, column {column!r} ({SQL_NAME[kind]}): value {value!r} (row {row}) {why}",
         table,
         column,
         value,
@@ -352,9 +354,16 @@ _CLEAN_ARRAY = {
 }
 
 
-def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:
+def conform_column(
+    table: str, column: str, kind: str, series, rows: np.ndarray | None = None
+) -> np.ndarray:
     """One column's values (a Series or an array) as the numpy array of its kind (no
-    NULLs, nothing lossy)."""
+    NULLs, nothing lossy); ``rows``: each value's row in the batch, for messages (default:
+    its position)."""
+
+    def reject(table, column, kind, values, bad, why):
+        _reject(table, column, kind, values, bad, why, rows)
+
     if isinstance(series, pd.Series | pd.api.extensions.ExtensionArray):
         extension = isinstance(series.dtype, pd.api.extensions.ExtensionDtype)
         values = series.to_numpy(dtype=object) if extension else series.to_numpy()
@@ -368,11 +377,11 @@ def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:
     if kind_of == "O" and n and inferred != _CLEAN.get(kind):  # clean: no NULL possible
         missing = np.asarray(pd.isna(values), dtype=bool)
         if missing.any():
-            _reject(table, column, kind, values, missing, _not_null(column, kind))
+            reject(table, column, kind, values, missing, _not_null(column, kind))
     if kind == "int":
         if kind_of in "iu":
             if kind_of == "u" and n and values.max() > np.iinfo(np.int64).max:
-                _reject(
+                reject(
                     table,
                     column,
                     kind,
@@ -384,12 +393,12 @@ def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:
         if kind_of == "f" or inferred in ("floating", "mixed-integer-float", "decimal"):
             as_float = values.astype(np.float64)
             if kind_of == "f" and np.isnan(as_float).any():
-                _reject(table, column, kind, values, np.isnan(as_float), _not_null(column, kind))
+                reject(table, column, kind, values, np.isnan(as_float), _not_null(column, kind))
             bad = ~np.isfinite(as_float) | (as_float != np.round(as_float))
             if kind_of == "O" and not bad.any():  # each value itself: floats round 2**53 + 1
                 bad = np.asarray([int(v) != v for v in values.tolist()], dtype=bool)
             if bad.any():
-                _reject(table, column, kind, values, bad, "is not an integer")
+                reject(table, column, kind, values, bad, "is not an integer")
             if kind_of == "f":
                 return as_float.astype(np.int64)
             values = np.asarray([int(v) for v in values.tolist()], dtype=object)
@@ -399,8 +408,8 @@ def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:
                 return np.asarray(values.tolist(), dtype=np.int64).reshape(n)
             except OverflowError:
                 big = np.asarray([abs(v) >= 2**63 for v in values.tolist()])
-                _reject(table, column, kind, values, big, "does not fit in BIGINT")
-        _reject(table, column, kind, values, _not_number(values), "is not a number")
+                reject(table, column, kind, values, big, "does not fit in BIGINT")
+        reject(table, column, kind, values, _not_number(values), "is not a number")
     if kind == "float":
         if kind_of in "iuf" or inferred in (
             "integer",
@@ -413,10 +422,10 @@ def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:
             bad = ~np.isfinite(out)
             if bad.any():
                 if np.isnan(out).any():
-                    _reject(table, column, kind, values, np.isnan(out), _not_null(column, kind))
-                _reject(table, column, kind, values, bad, "is not a finite number")
+                    reject(table, column, kind, values, np.isnan(out), _not_null(column, kind))
+                reject(table, column, kind, values, bad, "is not a finite number")
             return out
-        _reject(table, column, kind, values, _not_number(values), "is not a number")
+        reject(table, column, kind, values, _not_number(values), "is not a number")
     if kind == "str":
         if kind_of in "US":
             return values.astype(object)
@@ -425,16 +434,16 @@ def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:
         bad = np.asarray([not isinstance(v, str) for v in values.tolist()], dtype=bool)
         if not bad.any():
             bad[0] = True
-        _reject(table, column, kind, values, bad, "is not a string")
+        reject(table, column, kind, values, bad, "is not a string")
     if kind == "date":
         if kind_of == "M":
             out = values.astype("datetime64[ns]", copy=False)
             bad = np.isnat(out)
             if bad.any():
-                _reject(table, column, kind, values, bad, _not_null(column, kind))
+                reject(table, column, kind, values, bad, _not_null(column, kind))
             wrapped = out.astype(values.dtype) != values  # numpy casts out of range silently
             if wrapped.any():
-                _reject(table, column, kind, values, wrapped, _OUTSIDE_DATES)
+                reject(table, column, kind, values, wrapped, _OUTSIDE_DATES)
             return out
         if kind_of == "O" and inferred in ("date", "datetime", "datetime64", "string", "empty"):
             try:
@@ -444,17 +453,17 @@ def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:
                 bad = converted.isna().to_numpy()
                 first = values[np.flatnonzero(bad)[0]]
                 why = _OUTSIDE_DATES if _is_calendar_date(first) else "is not a date"
-                _reject(table, column, kind, values, bad, why)
+                reject(table, column, kind, values, bad, why)
             if getattr(converted.dtype, "tz", None) is not None:
-                _reject(table, column, kind, values, np.ones(n, bool), "has a time zone")
+                reject(table, column, kind, values, np.ones(n, bool), "has a time zone")
             return converted.to_numpy().astype("datetime64[ns]")
-        _reject(table, column, kind, values, np.ones(n, dtype=bool), "is not a date")
+        reject(table, column, kind, values, np.ones(n, dtype=bool), "is not a date")
     if kind == "bool":
         if kind_of == "b":
             return values
         if kind_of == "O" and inferred in ("boolean", "empty"):
             return values.astype(bool)
-        _reject(table, column, kind, values, np.ones(n, dtype=bool), "is not a boolean")
+        reject(table, column, kind, values, np.ones(n, dtype=bool), "is not a boolean")
     raise AssertionError(kind)
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 import pandas as pd
@@ -86,6 +87,9 @@ class TableChange:
 class TableStore:
     """The current rows of one table, with multiplicities (keyed by the table's primary
     key if it declares one, else by row fingerprints)."""
+
+    # stores pickled before nullable columns existed have none
+    nulls: Mapping[str, np.ndarray] = MappingProxyType({})
 
     def __init__(self, schema: TableSchema) -> None:
         self.schema = schema
