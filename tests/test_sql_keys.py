@@ -274,7 +274,7 @@ def test_batches_typed_from_numpy_pandas_and_arrow_columns():
         ),
         ({"k": [1.5], "s": ["e"], "d": ["2020-01-01"], "x": [1.0], "b": [True]}, "integer"),
         ({"k": [5], "s": ["e"], "d": ["2020-01-01"], "x": ["1.0"], "b": [True]}, "number"),
-        ({"k": [5], "s": ["e"], "d": ["2020-01-01"], "x": [np.nan], "b": [True]}, "finite"),
+        ({"k": [5], "s": ["e"], "d": ["2020-01-01"], "x": [np.nan], "b": [True]}, "NULL"),
         ({"k": [5], "s": ["e"], "d": [None], "x": [1.0], "b": [True]}, "NULL"),
         # columns already of their kind's numpy dtype (one whole-column test each)
         ({"k": [5], "s": ["e"], "d": ["2020-01-01"], "x": [np.inf], "b": [True]}, "finite"),

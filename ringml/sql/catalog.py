@@ -3,10 +3,15 @@ type check that turns a batch of rows into typed numpy columns.
 
 Column types are five kinds: ``int`` (INTEGER, BIGINT, ... -> int64), ``float`` (DOUBLE,
 REAL, DECIMAL, NUMERIC -> float64), ``str`` (VARCHAR, TEXT, CHAR -> Python strings),
-``date`` (DATE, TIMESTAMP -> datetime64[ns]) and ``bool`` (BOOLEAN).  Values are never NULL:
-a batch holding None/NaN/NaT is rejected.  A ``PRIMARY KEY`` (a column constraint or a
-table constraint) is kept: its table holds at most one row per key value, and deletes are
-checked by key (:mod:`ringml.sql.tables`); other constraints are accepted and ignored.
+``date`` (DATE, TIMESTAMP -> datetime64[ns]) and ``bool`` (BOOLEAN).  A column is NOT NULL
+unless declared ``NULL`` (``x BIGINT NULL`` in DDL, the type ``"BIGINT NULL"`` in a
+mapping): a batch holding None/NaN/``pd.NA``/NaT in a NOT NULL column is rejected; in a
+nullable column those are NULL, and the column is typed as ``(values, null)`` -- the
+kind's array with a harmless fill value in the NULL rows, and the bool mask of those rows
+(what the expressions read).  A ``PRIMARY KEY`` (a column constraint or a table
+constraint) is kept: its table holds at most one row per key value, and deletes are
+checked by key (:mod:`ringml.sql.tables`); its columns cannot be declared NULL.  Other
+constraints are accepted and ignored.
 """
 
 from __future__ import annotations
@@ -21,7 +26,14 @@ from pandas.api.types import infer_dtype
 
 from ..batch import _column_arrays, as_frame
 from ..errors import BatchError, InputTypeError
-from .errors import SqlError, SqlNameError, SqlSyntaxError, SqlTypeError, position_of
+from .errors import (
+    SqlError,
+    SqlNameError,
+    SqlSemanticError,
+    SqlSyntaxError,
+    SqlTypeError,
+    position_of,
+)
 
 KINDS = ("int", "float", "str", "date", "bool")
 
@@ -63,6 +75,20 @@ _KIND_OF = {name: kind for kind, names in _TYPE_NAMES.items() for name in names}
 SQL_NAME = {"int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR", "date": "DATE", "bool": "BOOLEAN"}
 
 
+def type_spec(name: str) -> tuple[str, bool]:
+    """The kind of a column type of the mapping form and whether it is nullable: a SQL
+    type name, optionally followed by ``NULL`` (nullable) or ``NOT NULL`` (the default)."""
+    if not isinstance(name, str):
+        raise SqlTypeError(f"a column type must be a SQL type name, got {name!r}")
+    words = name.split()
+    upper = [w.upper() for w in words]
+    if len(words) > 2 and upper[-2:] == ["NOT", "NULL"]:
+        return type_kind(" ".join(words[:-2])), False
+    if len(words) > 1 and upper[-1] == "NULL":
+        return type_kind(" ".join(words[:-1])), True
+    return type_kind(name), False
+
+
 def type_kind(name: str) -> str:
     """The kind (``int``, ``float``, ``str``, ``date``, ``bool``) of a SQL type name."""
     if not isinstance(name, str):
@@ -82,8 +108,8 @@ def type_kind(name: str) -> str:
 @dataclass(frozen=True)
 class TableSchema:
     """A table: its name, column names and their kinds, and its primary key columns
-    (``()``: none declared); ``nullable``: the columns that may hold NULL (a view's, read as
-    a table by a query; a base table's hold none)."""
+    (``()``: none declared); ``nullable``: the columns that may hold NULL (declared ``NULL``,
+    or a view's read as a table by a query); no key column is nullable."""
 
     name: str
     columns: tuple[str, ...]
@@ -107,6 +133,19 @@ class TableSchema:
                 )
         if len(set(self.key)) != len(self.key):
             raise SqlNameError(f"table {self.name!r}: the primary key repeats a column")
+        for column in self.nullable:
+            if column not in self.columns:
+                raise SqlNameError(
+                    f"table {self.name!r}: nullable column {column!r} is not a column of the "
+                    f"table {list(self.columns)}",
+                    construct=column,
+                )
+            if column in self.key:
+                raise SqlSemanticError(
+                    f"table {self.name!r}: primary key column {column!r} is declared NULL; a "
+                    "primary key holds no NULLs",
+                    construct=column,
+                )
 
     def type_of(self, column: str) -> str:
         return self.types[self.columns.index(column)]
@@ -120,15 +159,15 @@ class TableSchema:
 
     def conform(self, rows: object) -> pd.DataFrame:
         """``rows`` as a frame of exactly this table's columns, typed (int64, float64,
-        objects holding str, datetime64[ns], bool); :class:`BatchError` otherwise."""
-        columns = self.conform_columns(rows)
-        n = len(next(iter(columns.values())))
-        return pd.DataFrame(columns, index=pd.RangeIndex(n))
+        objects holding str, datetime64[ns], bool; NULLs of a nullable column as
+        :func:`nulls_column` shows them); :class:`BatchError` otherwise."""
+        return typed_frame(self, self.conform_columns(rows))
 
-    def conform_columns(self, rows: object) -> dict[str, np.ndarray]:
+    def conform_columns(self, rows: object) -> dict[str, np.ndarray | tuple]:
         """:meth:`conform`'s typed columns as numpy arrays (no frame is built): numpy
         columns are read from the frame's blocks and checked with a few whole-array
-        passes (``infer_dtype`` for object columns, no Python loop per value)."""
+        passes (``infer_dtype`` for object columns, no Python loop per value).  A
+        nullable column is the pair ``(values, null)`` (see the module docstring)."""
         frame = as_frame(rows, self.name)
         if frame.columns.has_duplicates:
             twice = frame.columns[frame.columns.duplicated()][0]
@@ -150,26 +189,115 @@ class TableSchema:
             frame = frame.set_axis(names, axis=1)
         arrays = _column_arrays(frame, list(self.columns))
         out = {}
+        nullable = self.nullable
         for c, kind, values in zip(self.columns, self.types, arrays, strict=True):
+            if nullable and c in nullable:
+                out[c] = conform_nullable(self.name, c, kind, values)
+                continue
             clean = _CLEAN_ARRAY.get((kind, values.dtype))
             if clean is None or not clean(values):
                 values = conform_column(self.name, c, kind, values)
             out[c] = values
         return out
 
+    def declared(self, column: str) -> str:
+        """A column's declaration as DDL writes it (``x BIGINT NULL``)."""
+        kind = self.type_of(column)
+        return f"{column} {SQL_NAME[kind]}{' NULL' if column in self.nullable else ''}"
 
-def _reject(table: str, column: str, kind: str, values: np.ndarray, bad: np.ndarray, why: str):
+
+def typed_frame(schema: TableSchema, columns: Mapping[str, object]) -> pd.DataFrame:
+    """Typed columns (as :meth:`TableSchema.conform_columns` gives them) as a DataFrame,
+    the NULLs of a nullable column as :func:`nulls_column` shows them."""
+    out = {}
+    for column, kind in zip(schema.columns, schema.types, strict=True):
+        values = columns[column]
+        out[column] = nulls_column(*values, kind) if isinstance(values, tuple) else values
+    n = len(next(iter(out.values())))
+    return pd.DataFrame(out, index=pd.RangeIndex(n))
+
+
+def nulls_column(values: np.ndarray, null: np.ndarray, kind: str):
+    """A nullable column's values as DuckDB's ``.df()`` shows them: as they are without a
+    NULL, else NULL as NaN (DOUBLE), NaT (DATE), None (VARCHAR) or ``pd.NA`` (BIGINT and
+    BOOLEAN, as pandas' nullable ``Int64`` / ``boolean`` arrays: exact)."""
+    if not null.any():
+        return values
+    if kind == "float":
+        out = values.copy()
+        out[null] = np.nan
+        return out
+    if kind == "date":
+        out = values.copy()
+        out[null] = np.datetime64("NaT")
+        return out
+    if kind == "int":
+        return pd.arrays.IntegerArray(values.copy(), null.copy())
+    if kind == "bool":
+        return pd.arrays.BooleanArray(values.copy(), null.copy())
+    out = values.copy()
+    out[null] = None
+    return out
+
+
+def _nulls(values: np.ndarray) -> np.ndarray:
+    """The NULL rows of a batch column (None, NaN, ``pd.NA``, NaT): whole-array passes."""
+    kind = values.dtype.kind
+    if kind == "f":
+        return np.isnan(values)
+    if kind in "mM":
+        return np.isnat(values)
+    if kind == "O":
+        return np.asarray(pd.isna(values), dtype=bool)
+    return np.zeros(values.shape[0], dtype=bool)
+
+
+def conform_nullable(table: str, column: str, kind: str, series) -> tuple[np.ndarray, np.ndarray]:
+    """A nullable column's values as ``(values, null)``: None, NaN, ``pd.NA`` and NaT are
+    NULL (the kind's fill value in ``values``), every other value as
+    :func:`conform_column` takes it (±inf in a DOUBLE column is still rejected)."""
+    if isinstance(series, pd.Series | pd.api.extensions.ExtensionArray):
+        extension = isinstance(series.dtype, pd.api.extensions.ExtensionDtype)
+        values = series.to_numpy(dtype=object) if extension else series.to_numpy()
+    else:
+        values = np.asarray(series)
+    null = _nulls(values)
+    if not null.any():
+        return conform_column(table, column, kind, values), null
+    present = np.flatnonzero(~null)  # checked alone (messages name their batch rows)
+    out = np.full(values.shape[0], _FILL[kind], dtype=_EMPTY[kind])
+    out[present] = conform_column(table, column, kind, values[present], present)
+    return out, null
+
+
+def _reject(
+    table: str,
+    column: str,
+    kind: str,
+    values: np.ndarray,
+    bad: np.ndarray,
+    why: str,
+    rows: np.ndarray | None = None,
+):
     at = int(np.flatnonzero(bad)[0])
     value = values[at]
     if isinstance(value, np.datetime64 | np.timedelta64):  # .item() gives nanoseconds
         value = pd.Timestamp(value) if isinstance(value, np.datetime64) else pd.Timedelta(value)
     elif isinstance(value, np.generic):
         value = value.item()
+    row = at if rows is None else int(rows[at])
     raise BatchError(
-        f"table {table!r}, column {column!r} ({SQL_NAME[kind]}): value {value!r} (row {at}) {why}",
+        f"table {table!r}, column {column!r} ({SQL_NAME[kind]}): value {value!r} (row {row}) {why}",
         table,
         column,
         value,
+    )
+
+
+def _not_null(column: str, kind: str) -> str:
+    return (
+        f"is NULL; column {column!r} is NOT NULL (declare it `{column} {SQL_NAME[kind]} "
+        "NULL` to store NULLs)"
     )
 
 
@@ -189,6 +317,15 @@ def _is_calendar_date(value: object) -> bool:
         return False
     return True
 
+
+#: per kind, the value a NULL row of a nullable column holds (as the expressions' FILL)
+_FILL = {
+    "int": 0,
+    "float": 0.0,
+    "str": "",
+    "date": np.datetime64(0, "ns"),
+    "bool": False,
+}
 
 #: per kind, the dtype of its typed columns
 _EMPTY = {
@@ -217,9 +354,16 @@ _CLEAN_ARRAY = {
 }
 
 
-def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:
+def conform_column(
+    table: str, column: str, kind: str, series, rows: np.ndarray | None = None
+) -> np.ndarray:
     """One column's values (a Series or an array) as the numpy array of its kind (no
-    NULLs, nothing lossy)."""
+    NULLs, nothing lossy); ``rows``: each value's row in the batch, for messages (default:
+    its position)."""
+
+    def reject(table, column, kind, values, bad, why):
+        _reject(table, column, kind, values, bad, why, rows)
+
     if isinstance(series, pd.Series | pd.api.extensions.ExtensionArray):
         extension = isinstance(series.dtype, pd.api.extensions.ExtensionDtype)
         values = series.to_numpy(dtype=object) if extension else series.to_numpy()
@@ -233,11 +377,11 @@ def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:
     if kind_of == "O" and n and inferred != _CLEAN.get(kind):  # clean: no NULL possible
         missing = np.asarray(pd.isna(values), dtype=bool)
         if missing.any():
-            _reject(table, column, kind, values, missing, "is NULL; tables hold no NULLs")
+            reject(table, column, kind, values, missing, _not_null(column, kind))
     if kind == "int":
         if kind_of in "iu":
             if kind_of == "u" and n and values.max() > np.iinfo(np.int64).max:
-                _reject(
+                reject(
                     table,
                     column,
                     kind,
@@ -248,11 +392,13 @@ def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:
             return values.astype(np.int64, copy=False)
         if kind_of == "f" or inferred in ("floating", "mixed-integer-float", "decimal"):
             as_float = values.astype(np.float64)
+            if kind_of == "f" and np.isnan(as_float).any():
+                reject(table, column, kind, values, np.isnan(as_float), _not_null(column, kind))
             bad = ~np.isfinite(as_float) | (as_float != np.round(as_float))
             if kind_of == "O" and not bad.any():  # each value itself: floats round 2**53 + 1
                 bad = np.asarray([int(v) != v for v in values.tolist()], dtype=bool)
             if bad.any():
-                _reject(table, column, kind, values, bad, "is not an integer")
+                reject(table, column, kind, values, bad, "is not an integer")
             if kind_of == "f":
                 return as_float.astype(np.int64)
             values = np.asarray([int(v) for v in values.tolist()], dtype=object)
@@ -262,8 +408,8 @@ def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:
                 return np.asarray(values.tolist(), dtype=np.int64).reshape(n)
             except OverflowError:
                 big = np.asarray([abs(v) >= 2**63 for v in values.tolist()])
-                _reject(table, column, kind, values, big, "does not fit in BIGINT")
-        _reject(table, column, kind, values, _not_number(values), "is not a number")
+                reject(table, column, kind, values, big, "does not fit in BIGINT")
+        reject(table, column, kind, values, _not_number(values), "is not a number")
     if kind == "float":
         if kind_of in "iuf" or inferred in (
             "integer",
@@ -275,9 +421,11 @@ def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:
             out = values.astype(np.float64, copy=False)
             bad = ~np.isfinite(out)
             if bad.any():
-                _reject(table, column, kind, values, bad, "is not a finite number (NULL?)")
+                if np.isnan(out).any():
+                    reject(table, column, kind, values, np.isnan(out), _not_null(column, kind))
+                reject(table, column, kind, values, bad, "is not a finite number")
             return out
-        _reject(table, column, kind, values, _not_number(values), "is not a number")
+        reject(table, column, kind, values, _not_number(values), "is not a number")
     if kind == "str":
         if kind_of in "US":
             return values.astype(object)
@@ -286,16 +434,16 @@ def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:
         bad = np.asarray([not isinstance(v, str) for v in values.tolist()], dtype=bool)
         if not bad.any():
             bad[0] = True
-        _reject(table, column, kind, values, bad, "is not a string")
+        reject(table, column, kind, values, bad, "is not a string")
     if kind == "date":
         if kind_of == "M":
             out = values.astype("datetime64[ns]", copy=False)
             bad = np.isnat(out)
             if bad.any():
-                _reject(table, column, kind, values, bad, "is NULL; tables hold no NULLs")
+                reject(table, column, kind, values, bad, _not_null(column, kind))
             wrapped = out.astype(values.dtype) != values  # numpy casts out of range silently
             if wrapped.any():
-                _reject(table, column, kind, values, wrapped, _OUTSIDE_DATES)
+                reject(table, column, kind, values, wrapped, _OUTSIDE_DATES)
             return out
         if kind_of == "O" and inferred in ("date", "datetime", "datetime64", "string", "empty"):
             try:
@@ -305,17 +453,17 @@ def conform_column(table: str, column: str, kind: str, series) -> np.ndarray:
                 bad = converted.isna().to_numpy()
                 first = values[np.flatnonzero(bad)[0]]
                 why = _OUTSIDE_DATES if _is_calendar_date(first) else "is not a date"
-                _reject(table, column, kind, values, bad, why)
+                reject(table, column, kind, values, bad, why)
             if getattr(converted.dtype, "tz", None) is not None:
-                _reject(table, column, kind, values, np.ones(n, bool), "has a time zone")
+                reject(table, column, kind, values, np.ones(n, bool), "has a time zone")
             return converted.to_numpy().astype("datetime64[ns]")
-        _reject(table, column, kind, values, np.ones(n, dtype=bool), "is not a date")
+        reject(table, column, kind, values, np.ones(n, dtype=bool), "is not a date")
     if kind == "bool":
         if kind_of == "b":
             return values
         if kind_of == "O" and inferred in ("boolean", "empty"):
             return values.astype(bool)
-        _reject(table, column, kind, values, np.ones(n, dtype=bool), "is not a boolean")
+        reject(table, column, kind, values, np.ones(n, dtype=bool), "is not a boolean")
     raise AssertionError(kind)
 
 
@@ -398,8 +546,7 @@ class Catalog:
     def __repr__(self) -> str:
         parts = []
         for t in self._tables.values():
-            columns = zip(t.columns, t.types, strict=True)
-            parts.append(f"{t.name}({', '.join(f'{c} {SQL_NAME[k]}' for c, k in columns)})")
+            parts.append(f"{t.name}({', '.join(t.declared(c) for c in t.columns)})")
         return f"Catalog({'; '.join(parts)})"
 
 
@@ -424,12 +571,19 @@ def _schema_from(name: object, columns: object) -> TableSchema:
     for column, _ in pairs:
         if not isinstance(column, str) or not column:
             raise InputTypeError(f"table {name!r}: column names are strings, got {column!r}")
-    return TableSchema(name, tuple(c for c, _ in pairs), tuple(type_kind(t) for _, t in pairs))
+    specs = [type_spec(t) for _, t in pairs]
+    return TableSchema(
+        name,
+        tuple(c for c, _ in pairs),
+        tuple(kind for kind, _ in specs),
+        nullable=tuple(c for (c, _), (_, null) in zip(pairs, specs, strict=True) if null),
+    )
 
 
 def parse_ddl(text: str) -> list[TableSchema]:
-    """The tables of ``CREATE TABLE`` statements, with their ``PRIMARY KEY`` if declared
-    (other constraints are accepted and ignored)."""
+    """The tables of ``CREATE TABLE`` statements, with their ``PRIMARY KEY`` if declared and
+    the columns declared ``NULL`` (nullable; ``NOT NULL`` is the default; other constraints
+    are accepted and ignored)."""
     from sqlglot import exp
 
     from .parse import parse_statements
@@ -452,6 +606,7 @@ def parse_ddl(text: str) -> list[TableSchema]:
                 "CREATE TABLE AS",
             )
         columns = []
+        nullable: list[str] = []
         key: list[str] = []
         keys_declared = 0
         for definition in target.expressions:
@@ -477,6 +632,19 @@ def parse_ddl(text: str) -> list[TableSchema]:
                 isinstance(c.args.get("kind"), exp.PrimaryKeyColumnConstraint) for c in constraints
             ):
                 key, keys_declared = [definition.name], keys_declared + 1
+            nulls = {
+                bool(c.args["kind"].args.get("allow_null"))
+                for c in constraints
+                if isinstance(c.args.get("kind"), exp.NotNullColumnConstraint)
+            }
+            if len(nulls) > 1:
+                raise SqlSyntaxError(
+                    f"column {definition.name!r} is declared both NULL and NOT NULL",
+                    _start(text, definition),
+                    definition.name,
+                )
+            if nulls == {True}:
+                nullable.append(definition.name)
         name = target.this.name
         if keys_declared > 1:
             raise SqlSyntaxError(
@@ -498,8 +666,22 @@ def parse_ddl(text: str) -> list[TableSchema]:
                     column,
                 )
             resolved.append(found[0])
+        for column in resolved:
+            if column in nullable:
+                raise SqlSemanticError(
+                    f"table {name!r}: primary key column {column!r} is declared NULL; a "
+                    "primary key holds no NULLs (drop the NULL)",
+                    _start(text, statement),
+                    column,
+                )
         schemas.append(
-            TableSchema(name, tuple(names), tuple(k for _, k in columns), tuple(resolved))
+            TableSchema(
+                name,
+                tuple(names),
+                tuple(k for _, k in columns),
+                tuple(resolved),
+                tuple(nullable),
+            )
         )
     return schemas
 

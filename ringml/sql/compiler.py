@@ -18,7 +18,8 @@ view's strategy, and what is read after it is kept per batch (:mod:`ringml.sql.r
 
 * ``MIN``/``MAX`` and ``COUNT``/``SUM``/``AVG(DISTINCT x)`` over an expression of one item:
   ``x`` becomes a *hidden key* -- the engine keeps the multiset of its values per group,
-  exact under deletes -- and the output groups collapse the hidden keys.
+  exact under deletes -- and the output groups collapse the hidden keys (a nullable ``x``'s
+  NULL indicator is hidden too, and the collapse skips its NULL groups).
 * Any other WHERE conjunct over several items -- inequality and band joins, ``OR`` across
   tables, conditions on subqueries: its columns become hidden keys and the condition (the
   *residual* filter) selects the engine groups that count.  Two items joined by one
@@ -30,7 +31,9 @@ view's strategy, and what is read after it is kept per batch (:mod:`ringml.sql.r
   most one inequality (a SUM/COUNT summed over the range by prefix sums); ``EXISTS``/``NOT
   EXISTS``, ``IN``/``NOT IN`` and ``op ALL``/``op ANY|SOME`` as row counts with the
   comparison as a correlation; ``IN`` over an uncorrelated grouped subquery as membership in
-  its rows; FROM-less ``(SELECT SUM(c) WHERE cond)``.  An empty SUM or COUNT subquery is 0
+  its rows; FROM-less ``(SELECT SUM(c) WHERE cond)``.  A correlated inner side that can be
+  NULL leaves its NULL rows out (they meet no outer value); ``IN``/``ANY``/``ALL`` then
+  count them apart, for SQL's NULL where no other row decides.  An empty SUM or COUNT subquery is 0
   (ring semantics, as in DBToaster; ``dbtoaster_queries.gmr_sql`` is the SQL another database
   runs for the same answer), AVG/MIN/MAX NULL.
 * Derived tables and CTEs with GROUP BY, HAVING or DISTINCT: a view of their own whose row
@@ -130,6 +133,8 @@ class _Compiler(Binder):
         self.keys: dict[str, str] = {}  # free variable -> kind
         self.key_terms: dict[Expr, str] = {}  # canonical term -> free variable
         self.null_keys: dict[str, str] = {}  # nullable key variable -> its NULL indicator's
+        # the correlated inner expressions of the last subquery that can be NULL (by id)
+        self.null_inners: set[int] = set()
         self.counter = 0
         self.residuals: list[tuple[Expr, Any]] = []  # WHERE conjuncts read after the engine
         self.subqueries: list[SubqueryPlan] = []
@@ -549,7 +554,29 @@ class _Compiler(Binder):
         count = self.subquery(
             select, e.Count(this=e.Star()), [(inner, "=", node.this)], node, context
         )
-        return self.null_operand(Cmp(">", count, Lit(0, "int")), select, node, context, False)
+        found = Cmp(">", count, Lit(0, "int"))
+        if id(inner) in self.null_inners:
+            found = self.null_inner(found, True, select, context)
+        return self.null_operand(found, select, node, context, False)
+
+    def null_inner(self, decides: Expr, value: bool, select: Any, context: Context) -> Expr:
+        """``x op ANY/ALL (SELECT y ...)`` whose ``y`` can be NULL: ``value`` where its
+        non-NULL rows decide it (``decides``), else NULL if some ``y`` is, else ``not
+        value``."""
+        star = self.exp.Count(this=self.exp.Star())
+        rows = self.subquery(self.null_rows(select), star, [], select, context)
+        some = Cmp(">", rows, Lit(0, "int"))
+        whens = ((decides, Lit(value, "bool")), (some, Lit(None, "bool")))
+        return Case(whens, Lit(not value, "bool"), "bool")
+
+    def null_rows(self, select: Any) -> Any:
+        """``select`` keeping only its rows whose (one) output is NULL."""
+        e = self.exp
+        nulls = select.copy()
+        where = nulls.args.get("where")
+        null = e.Is(this=_unaliased(e, nulls.expressions[0]).copy(), expression=e.Null())
+        nulls.set("where", e.Where(this=e.and_(where.this.copy(), null) if where else null))
+        return nulls
 
     def quantified_subquery(self, op: str, node: Any, context: Context) -> Expr:
         """``x op ALL/ANY (SELECT y ...)``: no row with ``NOT (x op y)`` / some row with
@@ -567,7 +594,18 @@ class _Compiler(Binder):
             star = e.Count(this=e.Star())
             rows = self.subquery(select, star, [], node, context)
             equal = self.subquery(select, star.copy(), [(inner, "=", node.this)], node, context)
-            found = Cmp("=" if every else "<", equal, rows)
+            plain = Cmp("=" if every else "<", equal, rows)
+            if id(inner) not in self.null_inners:
+                return self.null_operand(plain, select, node, context, every)
+            # a row that differs from x is neither equal nor NULL: = ALL is FALSE there,
+            # <> ANY TRUE; else NULL if a row is NULL
+            nulls = self.subquery(self.null_rows(select), star.copy(), [], node, context)
+            differs = Cmp("<", equal, Arith("-", rows, nulls))
+            whens = (
+                (differs, Lit(not every, "bool")),
+                (Cmp(">", nulls, Lit(0, "int")), Lit(None, "bool")),
+            )
+            found = Case(whens, Lit(every, "bool"), "bool")
             return self.null_operand(found, select, node, context, every)
         else:
             condition = _NEGATE[op] if every else op
@@ -576,6 +614,10 @@ class _Compiler(Binder):
             select, e.Count(this=e.Star()), [(inner, _FLIP[condition], node.this)], node, context
         )
         found = Cmp("=" if every else ">", count, Lit(0, "int"))
+        if id(inner) in self.null_inners:
+            # ALL: a row with NOT (x op y) makes it FALSE; ANY: a row with x op y TRUE
+            decides = Cmp(">", count, Lit(0, "int"))
+            found = self.null_inner(decides, not every, select, context)
         return self.null_operand(found, select, node, context, every)
 
     def null_operand(self, found: Expr, select: Any, node: Any, context: Context, empty: bool):
@@ -718,21 +760,37 @@ class _Compiler(Binder):
         keys = [i.copy() for i in inners]
         names = [f"__k{j}" for j in range(len(equalities))] + ["__r"] * len(inequalities)
         sub = select.copy()
-        sub.set(
-            "expressions",
-            [e.alias_(k, n) for k, n in zip(keys, names, strict=True)]
-            + [e.alias_(value.copy(), "__v"), e.alias_(e.Count(this=e.Star()), "__n")],
-        )
-        sub.set("where", e.Where(this=e.and_(*[c.copy() for c in local])) if local else None)
-        sub.set("group", e.Group(expressions=[k.copy() for k in keys]) if keys else None)
-        plan = self.inner().compile(sub)
-        for j, inner in enumerate(inners):
-            if _output_expr(plan, j).nullable:  # its NULL group would meet no outer value
+
+        def compile_sub(keys: list, local: list) -> ViewPlan:
+            sub.set(
+                "expressions",
+                [e.alias_(k, n) for k, n in zip(keys, names, strict=True)]
+                + [e.alias_(value.copy(), "__v"), e.alias_(e.Count(this=e.Star()), "__n")],
+            )
+            sub.set("where", e.Where(this=e.and_(*[c.copy() for c in local])) if local else None)
+            sub.set("group", e.Group(expressions=[k.copy() for k in keys]) if keys else None)
+            return self.inner().compile(sub)
+
+        plan = compile_sub(keys, local)
+        nullable = [j for j in range(len(inners)) if _output_expr(plan, j).nullable]
+        for j in nullable:
+            if _output_expr(plan, j).kind == "null":  # NULL itself: no group would be read
                 raise self.unsupported(
-                    f"a subquery correlated by {inner.sql(dialect=DIALECT)}, which can be NULL",
-                    inner,
+                    f"a subquery correlated by {inners[j].sql(dialect=DIALECT)}, which is NULL",
+                    inners[j],
                     construct="correlation by a nullable expression",
                 )
+        if nullable:
+            # a comparison with NULL holds for no outer value: the rows whose inner side is
+            # NULL are left out, and the key reads the inner side as never NULL
+            for j in nullable:
+                fill = e.maybe_parse(_NULL_FILL[_output_expr(plan, j).kind], dialect=DIALECT)
+                keys[j] = e.Coalesce(this=keys[j], expressions=[fill])
+            present = [
+                e.Not(this=e.Is(this=inners[j].copy(), expression=e.Null())) for j in nullable
+            ]
+            plan = compile_sub(keys, local + present)
+        self.null_inners = {id(inners[j]) for j in nullable}
         outer_context = Context(context.scope, None, "WHERE")
         args = []
         for _, op, outer in [(i, "=", o) for i, o in equalities] + inequalities:
@@ -1056,7 +1114,7 @@ class _Compiler(Binder):
     def hidden_aggregate(self, slot: str, function: str, argument: Expr, node, text: str):
         """MIN/MAX/COUNT|SUM|AVG(DISTINCT x): ``x`` becomes a hidden key (the engine keeps
         the multiset of its values per group, exactly under deletes); a read takes the
-        extreme or the distinct values of each group."""
+        extreme or the distinct values of each group, those of its non-NULL ``x``."""
         label = text.split("(")[0].upper()
         if len(argument.sources()) != 1:
             what = "a constant" if not argument.sources() else "an expression of several tables"
@@ -1066,15 +1124,12 @@ class _Compiler(Binder):
                 label,
                 construct=f"{label} over several tables" if argument.sources() else label,
             )
-        if argument.nullable:
-            raise self.unsupported(
-                f"{label} over {argument.sql()}, which can be NULL",
-                node,
-                label,
-                construct=f"{label} over a nullable expression",
-            )
         kind = {"count_distinct": "int", "avg_distinct": "float"}.get(function, argument.kind)
-        return AggregatePlan(slot, function, (), None, kind, text, self.add_key(argument))
+        var = self.add_key(argument)
+        # a nullable argument's NULL rows are a group of their own (its indicator key):
+        # a read skips them, as SQL's aggregates skip NULLs
+        null = self.null_keys.get(var) if argument.nullable else None
+        return AggregatePlan(slot, function, (), None, kind, text, var, null)
 
     def component(self, monomial: tuple, components: dict, node) -> Component:
         by_alias: dict[str, list[Expr]] = {}
@@ -1204,6 +1259,17 @@ def _reads_columns(e: Any, node: Any) -> bool:
 
 def _output_expr(plan: ViewPlan, index: int) -> Expr:
     return plan.outputs[index].expression
+
+
+#: per kind, a literal a correlated inner expression reads as where it was NULL (those rows
+#: are filtered out: the value is never used)
+_NULL_FILL = {
+    "int": "0",
+    "float": "0.0",
+    "str": "''",
+    "date": "DATE '1970-01-01'",
+    "bool": "FALSE",
+}
 
 
 def _empty_value(plan: ViewPlan, index: int):

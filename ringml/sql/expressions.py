@@ -80,7 +80,8 @@ class Expr:
 
     @property
     def nullable(self) -> bool:
-        """Whether some row may evaluate to NULL (base table columns never hold NULL)."""
+        """Whether some row may evaluate to NULL (a base table's column only if declared
+        ``NULL``)."""
         return any(c.nullable for c in self.children())
 
     def children(self) -> tuple[Expr, ...]:
@@ -163,8 +164,9 @@ class Col(_TypedNullable):
     source: str
     name: str
     type: str
-    # post-aggregation slots may hold NULL (SUM of no value), and so may the columns of a
-    # view read as a table (their values are then ``(values, null)`` pairs)
+    # post-aggregation slots may hold NULL (SUM of no value), and so may a table's columns
+    # declared NULL and the columns of a view read as a table (their values are then
+    # ``(values, null)`` pairs)
     nulls: bool = False
 
     def sql(self) -> str:

@@ -75,10 +75,18 @@ class AggregatePlan:
     type: str
     text: str
     argument: str | None = None  # MIN/MAX/DISTINCT: the hidden key variable of the argument
+    # a nullable argument's NULL indicator key: its groups where it holds are no value
+    argument_null: str | None = None
 
 
 #: aggregates read from the values of a hidden key in each group, not from ring components
 HIDDEN_AGGREGATES = ("min", "max", "count_distinct", "sum_distinct", "avg_distinct")
+
+
+def valued(slot: str) -> str:
+    """The name of the values that say which groups of a MIN/MAX/DISTINCT aggregate over a
+    nullable argument hold a non-NULL value (the others' aggregate is NULL)."""
+    return f"{slot}#valued"
 
 
 @dataclass(frozen=True)
@@ -206,6 +214,8 @@ class ViewPlan:
         )
         for a in self.aggregates:
             over = f" (over the hidden key {a.argument})" if a.argument else ""
+            if a.argument_null:
+                over += f" (NULL where {a.argument_null})"
             lines.append(f"{a.slot} = {a.text}{over}")
         lines.append(
             "outputs: " + ", ".join(f"{o.name}={o.expression.sql()}" for o in self.outputs)

@@ -18,7 +18,7 @@ import pandas as pd
 from ..encoding import factorize, factorize_rows
 from ..rings.scalar import checked_add, checked_mul
 from .expressions import DTYPES, truth
-from .logical import COUNT, HIDDEN_AGGREGATES, Terms, ViewPlan
+from .logical import COUNT, HIDDEN_AGGREGATES, Terms, ViewPlan, valued
 
 MULTIPLICITY = "multiplicity"
 
@@ -99,6 +99,8 @@ class Aggregated(dict):
             if aggregate.function == "count_distinct":
                 return value, None
             null = components[COUNT] == 0  # MIN/MAX/SUM/AVG over no rows: NULL
+            if aggregate.argument_null is not None:  # ... or over NULLs only
+                null |= ~components[valued(aggregate.slot)].astype(bool)
             return value, null if null.any() else None
         value = _sum_terms(aggregate.value, components, n)
         if aggregate.function == "count":

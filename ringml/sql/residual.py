@@ -31,7 +31,7 @@ from ..rings.base import RingError
 from ..rings.scalar import checked_add, checked_sum_by
 from ..store import group_rows
 from .expressions import DTYPES, Col, EvaluationError, truth
-from .logical import COUNT, HIDDEN_AGGREGATES, SubqueryPlan, ViewPlan
+from .logical import COUNT, HIDDEN_AGGREGATES, SubqueryPlan, ViewPlan, valued
 
 
 class ResidualResult:
@@ -53,6 +53,10 @@ class ResidualResult:
             for a in plan.aggregates
             if a.function in HIDDEN_AGGREGATES
         }
+        # ... and, over a nullable argument, whether the group holds a non-NULL value
+        for a in plan.aggregates:
+            if a.function in HIDDEN_AGGREGATES and a.argument_null is not None:
+                self.values[valued(a.slot)] = np.zeros(self.index.capacity, dtype=bool)
 
     def _keys(self, codes: np.ndarray) -> np.ndarray:
         return codes if codes.shape[1] else np.zeros((codes.shape[0], 1), dtype=np.int64)

@@ -99,6 +99,12 @@ class StreamDatabase:
                 f"number or date column of {list(schema.columns)}",
                 construct=str(time_column),
             )
+        if found in schema.nullable:
+            raise SqlSemanticError(
+                f"stream table {schema.name!r}: the event-time column {found!r} is declared "
+                "NULL; every row needs its event time",
+                construct=found,
+            )
         spec = StreamTable(found, partition, None, origin)
         self.database.create_table(ddl)
         self._streams[schema.name] = spec
@@ -139,7 +145,11 @@ class StreamDatabase:
                 if hidden != schema.name:
                     if staged.find(hidden) is not None:
                         raise SqlNameError(f"a table named {hidden!r} exists already")
-                    staged.add(TableSchema(hidden, schema.columns, schema.types, schema.key))
+                    staged.add(
+                        TableSchema(
+                            hidden, schema.columns, schema.types, schema.key, schema.nullable
+                        )
+                    )
                 base = self._streams[schema.name]
                 spec = StreamTable(
                     base.time_column, base.partition, parsed, base.origin, source=schema.name
@@ -222,7 +232,10 @@ class StreamDatabase:
 
 
 def _ddl(name: str, schema: TableSchema) -> str:
-    columns = [f'"{c}" {SQL_NAME[t]}' for c, t in zip(schema.columns, schema.types, strict=True)]
+    columns = [
+        f'"{c}" {SQL_NAME[t]}{" NULL" if c in schema.nullable else ""}'
+        for c, t in zip(schema.columns, schema.types, strict=True)
+    ]
     if schema.key:
         columns.append("PRIMARY KEY (" + ", ".join(f'"{c}"' for c in schema.key) + ")")
     return f'CREATE TABLE "{name}" ({", ".join(columns)})'

@@ -16,6 +16,12 @@ column, at the row's slot of a :class:`~ringml.keyindex.KeyIndex`.  The index is
   fingerprints`): equal rows have equal fingerprints; two distinct rows sharing one
   (probability about n²/2⁶⁵) would be taken for each other.
 
+A nullable column (declared ``NULL``) is stored as its values (the kind's fill in NULL
+rows) and a bool mask of its NULL rows; a row's identity includes which of its columns are
+NULL (NULL equals NULL here, as ``DISTINCT`` and ``GROUP BY`` take it): the fingerprint
+hashes the masks too, and a keyed comparison compares them, so a delete must name a
+stored row's NULLs exactly.  A table without nullable columns does no work for them.
+
 A batch is checked first (:meth:`TableStore.prepare`) and applied later
 (:meth:`TableStore.commit`), or dropped (:meth:`TableStore.abandon`), so a database can
 check every table of an atomic batch before anything changes.  Preparing finds or reserves
@@ -32,6 +38,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 import pandas as pd
@@ -40,9 +47,10 @@ from ..batch import TupleCounts, UpdateBatch
 from ..encoding import factorize
 from ..errors import BatchError, InputTypeError
 from ..keyindex import KeyIndex, hash_rows
-from .catalog import TableSchema
+from .catalog import TableSchema, conform_nullable, nulls_column, typed_frame
 
-Columns = dict[str, np.ndarray]
+#: typed columns: a plain array per column, ``(values, null)`` for a nullable one
+Columns = dict[str, np.ndarray | tuple[np.ndarray, np.ndarray]]
 
 
 @dataclass
@@ -67,13 +75,21 @@ class TableChange:
 
     @property
     def frame(self) -> pd.DataFrame:
-        """The typed rows as a DataFrame."""
-        return pd.DataFrame(self.columns, index=pd.RangeIndex(len(self)))
+        """The typed rows as a DataFrame (NULLs as :func:`~.catalog.nulls_column` shows
+        them)."""
+        columns = {
+            c: nulls_column(*v, _kind_of(v[0])) if isinstance(v, tuple) else v
+            for c, v in self.columns.items()
+        }
+        return pd.DataFrame(columns, index=pd.RangeIndex(len(self)))
 
 
 class TableStore:
     """The current rows of one table, with multiplicities (keyed by the table's primary
     key if it declares one, else by row fingerprints)."""
+
+    # stores pickled before nullable columns existed have none
+    nulls: Mapping[str, np.ndarray] = MappingProxyType({})
 
     def __init__(self, schema: TableSchema) -> None:
         self.schema = schema
@@ -83,6 +99,8 @@ class TableStore:
         self.values = {
             c: _empty(kind, 16) for c, kind in zip(schema.columns, schema.types, strict=True)
         }
+        # per nullable column, its NULL rows (a row's values hold the kind's fill there)
+        self.nulls = {c: np.zeros(16, dtype=bool) for c in schema.nullable}
         self.size = 0  # rows, counted with multiplicity
 
     # ------------------------------------------------------------------ checking
@@ -93,11 +111,18 @@ class TableStore:
         with a primary key, a row whose key would be held twice.  Changes no row: the
         change is applied by :meth:`commit` or dropped by :meth:`abandon`."""
         if isinstance(columns, pd.DataFrame):
-            columns = {c: columns[c].to_numpy() for c in self.schema.columns}
+            columns = {c: self._typed(c, columns[c]) for c in self.schema.columns}
         signs = np.asarray(signs, dtype=np.int64)
         if self.schema.key:
             return self._prepare_keyed(columns, signs)
         return self._prepare_fingerprinted(columns, signs)
+
+    def _typed(self, column: str, values: pd.Series):
+        """A column of a typed frame as :meth:`prepare` takes it."""
+        if column in self.schema.nullable:
+            kind = self.schema.type_of(column)
+            return conform_nullable(self.schema.name, column, kind, values)
+        return values.to_numpy()
 
     def _prepare_fingerprinted(self, columns: Columns, signs: np.ndarray) -> TableChange:
         fingerprints = self.fingerprints(columns)
@@ -249,20 +274,23 @@ class TableStore:
 
     def fingerprints(self, columns: Columns | pd.DataFrame) -> np.ndarray:
         """A 64-bit key of every typed row (equal rows, equal keys).  A text column holds
-        only ``str`` values (``conform``: no NULLs, nothing else), so it enters as the 64-bit
-        hash of its strings (``pd.util.hash_array``, the hash the engine keys text by),
-        without the engine's per-value scan for numbers held in object columns.  The keys
-        are this store's own: only :meth:`prepare` and :meth:`commit` compare them."""
-        arrays = [
-            columns[c].to_numpy() if isinstance(columns, pd.DataFrame) else columns[c]
-            for c in self.schema.columns
-        ]
+        only ``str`` values (``conform``: no NULLs -- a nullable one holds ``""`` in its NULL
+        rows --, nothing else), so it enters as the 64-bit hash of its strings
+        (``pd.util.hash_array``, the hash the engine keys text by), without the engine's
+        per-value scan for numbers held in object columns; each nullable column's NULL mask
+        is one more key.  The keys are this store's own: only :meth:`prepare` and
+        :meth:`commit` compare them."""
+        if isinstance(columns, pd.DataFrame):
+            columns = {c: self._typed(c, columns[c]) for c in self.schema.columns}
+        arrays = [_values(columns[c]) for c in self.schema.columns]
         if not len(arrays[0]):
             return np.zeros(0, np.int64)
         keys = [
             pd.util.hash_array(values, categorize=False).view(np.int64) if kind == "str" else values
             for values, kind in zip(arrays, self.schema.types, strict=True)
         ]
+        for c in self.schema.nullable:  # which columns are NULL: part of the row's identity
+            keys.append(_null_of(columns[c]).astype(np.int64))
         return TupleCounts.fingerprints(keys)
 
     def _equal(self, slots: np.ndarray, columns: Columns, rows: np.ndarray) -> np.ndarray:
@@ -271,17 +299,27 @@ class TableStore:
         same = np.ones(slots.size, dtype=bool)
         rows = _span(rows)
         for column in _unkeyed_columns(self.schema):
-            same &= np.asarray(self.values[column][slots] == columns[column][rows], dtype=bool)
+            batch = columns[column]
+            if column in self.nulls:  # NULL equals NULL (the fills are equal too)
+                same &= self.nulls[column][slots] == _null_of(batch)[rows]
+                batch = _values(batch)
+            same &= np.asarray(self.values[column][slots] == batch[rows], dtype=bool)
         return same
 
     def _differs(self, slot: int, columns: Columns, row: int) -> str:
         """Why a batch row is not the stored row of its key (error messages only)."""
         if slot < 0:  # absent (or only reserved by a batch)
             return " (no row has its primary key)"
-        for column, stored in self.values.items():
-            if not stored[slot] == columns[column][row]:
-                return f" (the row with its primary key has {column} = {_python(stored[slot])!r})"
+        mine = _row(columns, row)
+        for column, stored in self._row_at(slot).items():
+            if not (stored is None and mine[column] is None or stored == mine[column]):
+                return f" (the row with its primary key has {column} = {stored!r})"
         return ""
+
+    def _row_at(self, slot: int) -> dict:
+        """The stored row at ``slot`` (NULL as None), for messages."""
+        columns = {c: (v, self.nulls[c]) if c in self.nulls else v for c, v in self.values.items()}
+        return _row(columns, slot)
 
     def _absent(
         self, columns: Columns, row: int, why: str, times: tuple[int, int] = (1, 0)
@@ -323,7 +361,11 @@ class TableStore:
         if write.any():
             at, rows = slots[write], _span(change.rows[write])
             for column, target in self.values.items():
-                target[at] = change.columns[column][rows]
+                batch = change.columns[column]
+                if isinstance(batch, tuple):
+                    self.nulls[column][at] = batch[1][rows]
+                    batch = batch[0]
+                target[at] = batch[rows]
         self.counts[slots] += change.net
         self.size += int(change.net.sum())
         # rows deleted, and entries reserved for keys whose rows came and went in the batch
@@ -348,6 +390,10 @@ class TableStore:
         counts = np.zeros(capacity, dtype=np.int64)
         counts[: self.counts.size] = self.counts
         self.counts = counts
+        for column, old in self.nulls.items():
+            grown = np.zeros(capacity, dtype=bool)
+            grown[: old.size] = old
+            self.nulls[column] = grown
         for column, kind in zip(self.schema.columns, self.schema.types, strict=True):
             old = self.values[column]
             if old.dtype == object and old.flags.owndata and old.flags.c_contiguous:
@@ -364,17 +410,28 @@ class TableStore:
 
     # ------------------------------------------------------------------ reading
     def distinct(self) -> tuple[Columns, np.ndarray]:
-        """The distinct rows (typed columns) and their multiplicities."""
+        """The distinct rows (typed columns, a nullable one as ``(values, null)``) and
+        their multiplicities."""
         slots = self.index.live_slots()
         slots = slots[self.counts[slots] > 0]  # not the entries a batch reserved
-        return {c: v[slots] for c, v in self.values.items()}, self.counts[slots].copy()
+        columns = {c: v[slots] for c, v in self.values.items()}
+        for c, null in self.nulls.items():
+            columns[c] = (columns[c], null[slots])
+        return columns, self.counts[slots].copy()
 
     def frame(self) -> pd.DataFrame:
-        """The table's rows, each repeated by its multiplicity."""
+        """The table's rows, each repeated by its multiplicity (NULLs as DuckDB's
+        ``.df()`` shows them: NaN, NaT, None, or ``pd.NA`` in an ``Int64``/``boolean``
+        column)."""
         columns, counts = self.distinct()
         if not (counts == 1).all():
             repeat = np.repeat(np.arange(counts.size), counts)
-            columns = {c: v[repeat] for c, v in columns.items()}
+            columns = {
+                c: tuple(p[repeat] for p in v) if isinstance(v, tuple) else v[repeat]
+                for c, v in columns.items()
+            }
+        if self.nulls:
+            return typed_frame(self.schema, columns)
         return pd.DataFrame(columns, index=pd.RangeIndex(int(counts.sum())))
 
     def __len__(self) -> int:
@@ -402,7 +459,7 @@ def check_batches(
             )
         schema = store.schema
         columns = schema.conform_columns(batch.rows)
-        n = len(columns[schema.columns[0]])
+        n = len(_values(columns[schema.columns[0]]))
         sign = batch.signs()
         if sign.shape != (n,):
             raise BatchError(
@@ -415,12 +472,8 @@ def check_batches(
     changes: dict[str, TableChange] = {}
     try:
         for table, pieces in parts.items():
-            columns = (
-                pieces[0]
-                if len(pieces) == 1
-                else {c: np.concatenate([p[c] for p in pieces]) for c in pieces[0]}
-            )
-            if len(columns[stores[table].schema.columns[0]]):
+            columns = pieces[0] if len(pieces) == 1 else _concatenate(pieces)
+            if len(_values(columns[stores[table].schema.columns[0]])):
                 changes[table] = stores[table].prepare(columns, np.concatenate(signs[table]))
     except BaseException:
         abandon_changes(stores, changes)
@@ -432,6 +485,17 @@ def abandon_changes(stores: Mapping[str, TableStore], changes: Mapping[str, Tabl
     """Drop prepared changes that will not be committed (see :meth:`TableStore.abandon`)."""
     for table, change in changes.items():
         stores[table].abandon(change)
+
+
+def _concatenate(pieces: list[Columns]) -> Columns:
+    """Typed columns of several batches of one table, stacked."""
+    out = {}
+    for c, first in pieces[0].items():
+        if isinstance(first, tuple):
+            out[c] = tuple(np.concatenate([p[c][i] for p in pieces]) for i in range(2))
+        else:
+            out[c] = np.concatenate([p[c] for p in pieces])
+    return out
 
 
 def _span(positions: np.ndarray) -> np.ndarray | slice:
@@ -473,6 +537,9 @@ def _row_groups(columns: Columns, schema: TableSchema) -> tuple[np.ndarray, np.n
     codes = []
     for column, kind in zip(schema.columns, schema.types, strict=True):
         values = columns[column]
+        if isinstance(values, tuple):  # which rows are NULL, then the (filled) values
+            codes.append(values[1].astype(np.int64))
+            values = values[0]
         codes.append(factorize(values + 0.0 if kind == "float" else values)[0])
     _, first, inverse = np.unique(
         np.stack(codes, axis=1), axis=0, return_index=True, return_inverse=True
@@ -491,11 +558,31 @@ def _python(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
+def _values(column) -> np.ndarray:
+    """A typed column's values (a nullable column's, its NULL rows holding the fill)."""
+    return column[0] if isinstance(column, tuple) else column
+
+
+def _null_of(column) -> np.ndarray:
+    """A typed column's NULL rows (none for a plain array)."""
+    return column[1] if isinstance(column, tuple) else np.zeros(len(column), dtype=bool)
+
+
+def _kind_of(values: np.ndarray) -> str:
+    """The kind of a typed column's values."""
+    return {"i": "int", "f": "float", "M": "date", "b": "bool"}.get(values.dtype.kind, "str")
+
+
 def _row(columns: Columns, row: int) -> dict:
     if isinstance(columns, pd.DataFrame):
         columns = {c: columns[c].to_numpy() for c in columns.columns}
     out = {}
     for column, values in columns.items():
+        if isinstance(values, tuple):
+            if values[1][row]:
+                out[column] = None
+                continue
+            values = values[0]
         value = values[row]
         out[column] = pd.Timestamp(value) if isinstance(value, np.datetime64) else _python(value)
     return out

@@ -167,6 +167,13 @@ def training_join(sql: str, catalog: Catalog | object) -> TrainingJoin:
                 f"{output.name!r} and {rename[expression.name]!r} are the same column",
                 construct=output.name,
             )
+        if expression.nullable:
+            raise SqlUnsupportedError(
+                f"the feature {output.name!r} = {expression.sql()} is a column declared NULL; "
+                "a feature holds a value in every row (declare the column NOT NULL, or leave "
+                "it out of the features)",
+                construct=output.name,
+            )
         rename[expression.name] = output.name
         kinds.append(expression.type)
     taken = {v for a in plan.atoms for v in a.variables} - set(rename)

@@ -41,7 +41,7 @@ from .expressions import (
     key_values,
     truth,
 )
-from .logical import COUNT, HIDDEN_AGGREGATES, AtomPlan, SubqueryPlan, ViewPlan
+from .logical import COUNT, HIDDEN_AGGREGATES, AtomPlan, SubqueryPlan, ViewPlan, valued
 from .output import Aggregated, columns_frame, key_column, mean, row_changes, view_columns
 from .rangejoin import RangeJoin, range_join, range_sums
 from .residual import (
@@ -524,11 +524,28 @@ class View:
         for a in self._hidden_aggregates:
             column = codes[:, free.index(a.argument)]
             values = decoded(self.maintainer, a.argument, column, kinds[a.argument])
+            groups, m = inverse, len(unique)
+            if a.argument_null is not None:  # the groups of its non-NULL values only
+                null = codes[:, free.index(a.argument_null)]
+                present = ~decoded(self.maintainer, a.argument_null, null, "bool")
+                has = np.zeros(m, dtype=bool)
+                has[inverse[present]] = True
+                number = np.cumsum(has) - 1  # each group with a value: its rank among them
+                values, groups, m = values[present], number[inverse[present]], int(has.sum())
             try:
-                aggregated = _hidden_aggregate(a.function, values, inverse, len(unique))
+                aggregated = (
+                    _hidden_aggregate(a.function, values, groups, m)
+                    if m
+                    else np.zeros(0, dtype=DTYPES[a.type])
+                )
             except EvaluationError as error:
                 what = f"{a.text} {error} (a group's sum is {error.value!r})"
                 raise EvaluationError(what, error.value) from None
+            if a.argument_null is not None:
+                full = np.zeros(len(unique), dtype=aggregated.dtype)
+                full[has] = aggregated
+                aggregated = full
+                result.set_values(valued(a.slot), unique, has)
             result.set_values(a.slot, unique, aggregated)
 
     @property
@@ -553,12 +570,16 @@ class View:
             return
         visible, inverse = group_rows(codes[:, result.columns])
         alive = result.exist(visible)
-        again = alive & any(a.function not in ("min", "max") for a in self._hidden_aggregates)
+        # DISTINCT, and aggregates over a nullable argument: the groups are read again
+        again = alive & any(
+            a.function not in ("min", "max") or a.argument_null is not None
+            for a in self._hidden_aggregates
+        )
         came, left = new & ~old, old & ~new
         kinds, free = dict(self.plan.keys), result.free
         updates = []
         for a in self._hidden_aggregates:
-            if a.function not in ("min", "max"):
+            if a.function not in ("min", "max") or again.all():
                 continue
             values = decoded(
                 self.maintainer, a.argument, codes[:, free.index(a.argument)], kinds[a.argument]
@@ -927,6 +948,8 @@ class Database:
         for name, schema in sorted(self.tables.items()):
             pairs = zip(schema.columns, schema.types, strict=True)
             out[f"table {name}"] = [list(pair) for pair in pairs]
+            if schema.nullable:
+                out[f"table {name}"].append(["NULL", list(schema.nullable)])
             if schema.key:
                 out[f"table {name}"].append(["PRIMARY KEY", list(schema.key)])
         for name, view in sorted(self._views.items()):
