@@ -358,6 +358,8 @@ def _behind(values: pd.Series, watermark: Any) -> np.ndarray:
         if getattr(times.dt, "tz", None) is not None:
             times = times.dt.tz_convert("UTC").dt.tz_localize(None)
         return (times < watermark).to_numpy()
+    if isinstance(watermark, pd.Timedelta):  # durations as event times
+        return (pd.to_timedelta(values) < watermark).to_numpy()
     return pd.to_numeric(values).to_numpy(np.float64) < float(watermark)
 
 

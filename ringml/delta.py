@@ -11,6 +11,8 @@ form.  Without free variables the result is one payload keyed by ``()``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import numpy as np
 import pandas as pd
@@ -146,9 +148,20 @@ def _fresh(name: str, taken) -> str:
 ResultDelta = Groups
 
 
-def notify(deliveries: Iterable[tuple[Callable[[object], object], object]]) -> None:
+Delivery = tuple[Callable[[object], object], object]
+
+#: The deliveries held back in this context (see :func:`held_deliveries`), or None.
+_HELD: ContextVar[list[Delivery] | None] = ContextVar("ringml_held_deliveries", default=None)
+
+
+def notify(deliveries: Iterable[Delivery]) -> None:
     """Call ``callback(change)`` for every pair, also after one raised; then
-    :class:`~ringml.errors.SubscriberError` (the changes were applied) if any did."""
+    :class:`~ringml.errors.SubscriberError` (the changes were applied) if any did.
+    Inside :func:`held_deliveries` the pairs are collected instead, and nobody is called."""
+    held = _HELD.get()
+    if held is not None:
+        held.extend(deliveries)
+        return
     errors: list[tuple[object, BaseException]] = []
     for callback, change in list(deliveries):
         try:
@@ -161,3 +174,17 @@ def notify(deliveries: Iterable[tuple[Callable[[object], object], object]]) -> N
             f"(it stays applied; every other subscriber got it): {errors[0][1]!r}",
             errors,
         ) from errors[0][1]
+
+
+@contextmanager
+def held_deliveries() -> Iterator[list[Delivery]]:
+    """Collect what :func:`notify` would deliver in this block (the list yielded) instead
+    of calling the subscribers: an apply spanning several targets (a windowed stream) hands
+    its diffs over with ``notify(held)`` once every target took the batch, and drops them
+    if one refused it (the earlier targets are then undone, their diffs never seen)."""
+    held: list[Delivery] = []
+    token = _HELD.set(held)
+    try:
+        yield held
+    finally:
+        _HELD.reset(token)

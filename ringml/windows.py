@@ -7,10 +7,11 @@ the stream tables of one or more *targets* -- a :class:`ringml.Maintainer`, a
 a :class:`MinMaxView` -- and feeds them:
 
 * a :class:`StreamTable` assigns every row to partition ``k = floor((t - origin) / width)``
-  of its event-time column;
+  of its event-time column: numbers, datetimes (ISO date texts of any string dtype too) or
+  durations (timedelta64), the kind fixed by the first row;
 * the **watermark** is the largest event time seen minus ``lateness`` (or set further with
-  :meth:`WindowedStream.advance_watermark`); it never goes back.  A row behind the watermark
-  (``t < watermark`` as it was before the batch) is *late*: rejected with
+  :meth:`WindowedStream.advance_watermark`, a finite time); it never goes back.  A row
+  behind the watermark (``t < watermark`` as it was before the batch) is *late*: rejected with
   :class:`LateEventError` (``late="reject"``, the batch changes nothing) or kept in
   :meth:`WindowedStream.dead_letters` (``late="dead_letter"``, the rest is applied);
 * a :class:`Window` says which partitions a target sees: ``RANGE n`` keeps partition ``k``
@@ -21,7 +22,9 @@ a :class:`MinMaxView` -- and feeds them:
 * rows that leave the window are sent as **one delete batch per table** in the same atomic
   ``apply`` as the batch's inserts, so every view equals a from-scratch evaluation over the
   rows inside the window after every batch.  Expiry costs the expired rows: partitions are
-  buffered as the frames that arrived and dropped whole.
+  buffered as the frames that arrived and dropped whole.  Subscribers of the targets get
+  their diffs once every target took the batch: a batch one target refuses (the others
+  are undone) publishes nothing.
 
 Non-invertible aggregates stay exact under expiry: :class:`MinMaxView` keeps, per group,
 the multiset of values with their counts (sorted fixed-width keys on numpy arrays), so a
@@ -54,8 +57,10 @@ Example: a windowed SUM per source, over the last two minutes of a stream in sec
 from __future__ import annotations
 
 import bisect
+import datetime
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +68,7 @@ import numpy as np
 import pandas as pd
 
 from .batch import UpdateBatch, as_frame
+from .delta import held_deliveries, notify
 from .encoding import Dictionary, factorize_rows
 from .errors import BatchError, InputTypeError, RingmlError, SchemaError, SubscriberError
 from .rings.scalar import INT64_MAX
@@ -98,10 +104,19 @@ class LateEventError(BatchError):
 
 def parse_duration(value: Duration) -> float | pd.Timedelta:
     """A number (event-time units) or a :class:`pandas.Timedelta`, from a number, a
-    Timedelta or text: ``"600"``, ``"10 MINUTES"``, ``"1 hour"``, ``"90s"``."""
+    Timedelta or text: ``"600"``, ``"10 MINUTES"``, ``"1 hour"``, ``"90s"``.  Infinite and
+    NaN durations (``"inf"``, ``"nan"``, NaT) are refused: they would freeze a watermark or
+    break partition numbers."""
+    out = _read_duration(value)
+    if out is pd.NaT or (not isinstance(out, pd.Timedelta) and not np.isfinite(out)):
+        raise InputTypeError(f"a duration is finite, got {value!r}")
+    return out
+
+
+def _read_duration(value: Duration) -> Any:
     if isinstance(value, pd.Timedelta):
         return value
-    if isinstance(value, np.timedelta64):
+    if isinstance(value, np.timedelta64 | datetime.timedelta):
         return pd.Timedelta(value)
     if isinstance(value, bool) or not isinstance(value, int | float | str | np.number):
         raise InputTypeError(f"a duration is a number, a Timedelta or text, got {value!r}")
@@ -149,7 +164,11 @@ class Window:
 
     @classmethod
     def partitions(cls, first: int, last: int) -> Window:
-        if int(first) != first or int(last) != last or last < first:
+        try:
+            whole = int(first) == first and int(last) == last and first <= last
+        except (TypeError, ValueError, OverflowError):  # NaN, inf, text: not integers
+            whole = False
+        if not whole:
             raise InputTypeError(f"PARTITIONS needs integers first <= last, got {first}, {last}")
         return cls("partitions", None, int(first), int(last))
 
@@ -193,8 +212,10 @@ class StreamTable:
     """An append-only table partitioned by its event-time column ``time_column`` into
     partitions of width ``partition`` starting at ``origin``, seen through ``window``.
 
-    Event times are numbers (any unit; a duration written with a unit counts seconds) or
-    datetimes (durations are then Timedeltas or text such as ``"1 MINUTE"``).  ``source``
+    Event times are numbers (any unit; a duration written with a unit counts seconds),
+    datetimes, or durations (timedelta64: e.g. the time since a session started) -- for
+    those two, widths, windows and the lateness are Timedeltas or text such as
+    ``"1 MINUTE"``, and a duration clock's origin is a duration (default 0).  ``source``
     names the stream its rows come from (default: the table itself): rows appended to a
     source go to every stream table of that source, each through its own window."""
 
@@ -212,20 +233,54 @@ class StreamTable:
         if (width.value if isinstance(width, pd.Timedelta) else width) <= 0:
             raise InputTypeError(f"the partition width must be positive, got {width!r}")
         self.window = Window.parse(self.window)
+        _check_origin(self.origin)
 
 
-def _as_datetimes(values: pd.Series) -> pd.Series | None:
-    """An object column of dates, datetimes or ISO date texts as datetimes; None for
-    anything else (numbers, numeric texts)."""
+_NOT_TIMES = {"", "nan", "nat", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
+
+
+def _check_origin(origin: Any) -> None:
+    """An origin is a finite number, a datetime or a duration (or their text)."""
+    if isinstance(origin, bool):
+        bad = True
+    elif isinstance(origin, str):
+        bad = origin.strip().lower() in _NOT_TIMES | {"none", "null"}
+    elif isinstance(origin, int | float | np.number):
+        bad = not np.isfinite(origin)
+    else:
+        bad = origin is None or origin is pd.NaT or bool(pd.isna(origin))
+    if bad:
+        raise InputTypeError(
+            f"the origin is a finite number, a datetime or a duration, got {origin!r}"
+        )
+
+
+def _as_times(values: pd.Series) -> tuple[pd.Series, str] | None:
+    """A column of objects or text (object, pandas ``string``, pyarrow strings) holding
+    dates, datetimes or ISO date texts as datetimes, or timedeltas as durations, with the
+    kind of time; None for anything else (numbers, numeric texts)."""
     inferred = pd.api.types.infer_dtype(values, skipna=True)
+    if not values.notna().any():  # only NULLs: nothing says which kind of time
+        return None
+    if inferred == "timedelta":
+        try:
+            return pd.to_timedelta(values), "duration"
+        except (ValueError, TypeError, OverflowError):
+            return None
     if inferred not in ("date", "datetime", "string"):
         return None
-    if inferred == "string" and pd.to_numeric(values, errors="coerce").notna().all():
+    if inferred == "string" and not np.isnan(_numbers(values)).any():
         return None
     try:
-        return pd.to_datetime(values, format="ISO8601")
+        return pd.to_datetime(values, format="ISO8601"), "datetime"
     except (ValueError, TypeError, OverflowError):
         return None
+
+
+def _numbers(values: pd.Series) -> np.ndarray:
+    """Texts or objects as float64 numbers, NaN where one is not a number (pyarrow's
+    NaN and null alike)."""
+    return pd.to_numeric(values, errors="coerce").to_numpy(np.float64, na_value=np.nan)
 
 
 def _check_exact_numbers(table: str, column: str, values: pd.Series) -> None:
@@ -245,27 +300,46 @@ def _check_exact_numbers(table: str, column: str, values: pd.Series) -> None:
         )
 
 
+_NANOSECONDS = ("datetime", "duration")  # clocks counting int64 nanoseconds
+
+
 class _Clock:
-    """Event times as numbers: float64 for numeric columns, int64 nanoseconds for datetimes
-    (fixed by the first batch); durations and time points on the same scale (Python ints
-    for datetimes, so partition ids and the watermark are exact)."""
+    """Event times as numbers: float64 for numeric columns, int64 nanoseconds for
+    datetimes and durations (timedelta64) -- the kind fixed by the first batch with rows;
+    durations and time points on the same scale (Python ints for nanoseconds, so
+    partition ids and the watermark are exact)."""
 
     def __init__(self) -> None:
-        self.kind: str | None = None  # "number" or "datetime"
+        self.kind: str | None = None  # "number", "datetime" or "duration"
+
+    @contextmanager
+    def trial(self):
+        """A block whose reading of times leaves the kind of time as it was."""
+        kind = self.kind
+        try:
+            yield
+        finally:
+            self.kind = kind
 
     def times(self, table: str, column: str, values: pd.Series) -> np.ndarray:
-        kind = "datetime" if pd.api.types.is_datetime64_any_dtype(values) else "number"
-        dates = _as_datetimes(values) if values.dtype == object else None
-        if dates is not None:  # dates, datetimes or ISO texts (a DATE column's values)
-            values, kind = dates, "datetime"
+        if pd.api.types.is_datetime64_any_dtype(values.dtype):
+            kind = "datetime"
+        elif pd.api.types.is_timedelta64_dtype(values.dtype):
+            kind = "duration"
+        else:
+            kind = "number"
+        read = _as_times(values) if kind == "number" and _is_text(values.dtype) else None
+        if read is not None:  # dates, datetimes or ISO texts (a DATE column's values)
+            values, kind = read
         if kind == "number" and values.dtype.kind not in "iuf":
-            numbers = pd.to_numeric(values, errors="coerce")
-            bad = numbers.isna() & values.notna() | values.map(lambda v: isinstance(v, bool))
+            numbers = pd.to_numeric(values, errors="coerce")  # ints stay ints (2**53 check)
+            bad = np.isnan(_numbers(values)) & values.notna().to_numpy()
+            bad = pd.Series(bad, index=values.index) | values.map(lambda v: isinstance(v, bool))
             if bad.any() or values.dtype.kind == "b":
                 raise BatchError(
                     f"stream table {table!r}, column {column!r}: event time "
                     f"{values[bad].iloc[0] if bad.any() else values.iloc[0]!r} is neither a "
-                    "number nor a datetime",
+                    "number nor a datetime nor a duration",
                     table,
                     column,
                     values[bad].iloc[0] if bad.any() else values.iloc[0],
@@ -284,15 +358,18 @@ class _Clock:
                 values = values.dt.tz_convert("UTC").dt.tz_localize(None)
             out = values.to_numpy("datetime64[ns]").view(np.int64)
             missing = values.isna().to_numpy()
+        elif kind == "duration":
+            out = values.to_numpy("timedelta64[ns]").view(np.int64)
+            missing = values.isna().to_numpy()
         else:
             _check_exact_numbers(table, column, values)
-            out = values.to_numpy(np.float64)
+            out = values.to_numpy(np.float64, na_value=np.nan)
             missing = ~np.isfinite(out)
         if missing.any():
             at = int(np.flatnonzero(missing)[0])
             raise BatchError(
                 f"stream table {table!r}, column {column!r}: row {at} has no event time "
-                f"({values.iloc[at]!r})",
+                f"({values.iloc[at]!r}; event times are finite)",
                 table,
                 column,
                 values.iloc[at],
@@ -303,13 +380,13 @@ class _Clock:
 
     def span(self, duration: float | pd.Timedelta, what: str) -> float | int:
         """``duration`` on this clock's scale."""
-        if self.kind == "datetime":
+        if self.kind in _NANOSECONDS:
             if not isinstance(duration, pd.Timedelta):
                 if duration == 0:
                     return 0
                 raise InputTypeError(
                     f"{what} is {duration!r}, a plain number, but the event times are "
-                    "datetimes: give a duration such as '1 MINUTE'"
+                    f"{self.kind}s: give a duration such as '1 MINUTE'"
                 )
             return int(duration.value)
         if isinstance(duration, pd.Timedelta):
@@ -317,23 +394,57 @@ class _Clock:
         return float(duration)
 
     def point(self, value: Any, what: str) -> float | int:
-        """A time point (watermark, origin) on this clock's scale."""
+        """A time point (watermark, origin) on this clock's scale; NaN, NaT and infinite
+        points are refused (:class:`BatchError`)."""
+        if isinstance(value, int | float | np.number) and not isinstance(value, bool):
+            if not np.isfinite(value):
+                raise BatchError(f"{what} {value!r} is not a finite time", None, None, value)
+            if self.kind in _NANOSECONDS and float(value) == 0.0:
+                return 0  # the default origin: the epoch, or no time elapsed
+        if value is None or value is pd.NaT or _is_nat(value):
+            raise BatchError(f"{what} {value!r} is not a time", None, None, value)
         if self.kind == "datetime":
-            if isinstance(value, int | float | np.number) and float(value) == 0.0:
-                return 0  # the default origin: the epoch
+            if isinstance(value, pd.Timedelta | np.timedelta64 | datetime.timedelta):
+                raise InputTypeError(
+                    f"{what} {value!r} is a duration, but event times are datetimes"
+                )
             stamp = pd.Timestamp(value)
+            if stamp is pd.NaT:
+                raise BatchError(f"{what} {value!r} is not a time", None, None, value)
             if stamp.tz is not None:
                 stamp = stamp.tz_convert("UTC").tz_localize(None)
             return int(stamp.value)
-        if isinstance(value, pd.Timestamp | np.datetime64) or isinstance(value, str):
+        if self.kind == "duration":
+            if isinstance(value, str):
+                value = parse_duration(value)
+            if isinstance(value, pd.Timedelta | np.timedelta64 | datetime.timedelta):
+                return int(pd.Timedelta(value).value)
+            raise InputTypeError(
+                f"{what} is {value!r}, but the event times are durations: give a duration "
+                "such as '90s' or pd.Timedelta(minutes=1)"
+            )
+        if isinstance(value, pd.Timestamp | np.datetime64 | datetime.date | str):
             raise InputTypeError(f"{what} {value!r} is a datetime, but event times are numbers")
+        if isinstance(value, pd.Timedelta | np.timedelta64 | datetime.timedelta):
+            raise InputTypeError(f"{what} {value!r} is a duration, but event times are numbers")
         return float(value)
 
     def show(self, value: float) -> Any:
         """A time point as users see it."""
         if self.kind == "datetime" and np.isfinite(value):
             return pd.Timestamp(int(value))
+        if self.kind == "duration" and np.isfinite(value):
+            return pd.Timedelta(int(value))
         return value
+
+
+def _is_text(dtype: Any) -> bool:
+    """Object columns and every string dtype (pandas ``string``, pyarrow strings)."""
+    return pd.api.types.is_string_dtype(dtype)  # True for the object dtype too
+
+
+def _is_nat(value: Any) -> bool:
+    return isinstance(value, np.datetime64 | np.timedelta64) and bool(np.isnat(value))
 
 
 def _floor_div(a: float | int, b: float | int) -> int:
@@ -558,6 +669,17 @@ class WindowedStream:
         self._sources.setdefault(source, []).append(name)
         self._buffers[name] = _Partitions()
 
+    def _remove_table(self, name: str) -> None:
+        """Take back :meth:`add_table` (its source has no rows yet): e.g. a SQL view whose
+        creation failed after its window table was added."""
+        spec = self.tables.pop(name)
+        source = spec.source or name
+        self._sources[source].remove(name)
+        if not self._sources[source]:
+            del self._sources[source]
+        del self._buffers[name]
+        self._columns = [_relations(t) for t in self.targets]
+
     # ---------------------------------------------------------------- reading
     @property
     def watermark(self) -> Any:
@@ -565,9 +687,12 @@ class WindowedStream:
         return self._clock.show(self._watermark)
 
     def partition_of(self, table: str, times) -> np.ndarray:
-        """The partition ids of event times ``times`` in ``table``."""
+        """The partition ids of event times ``times`` in ``table`` (a question: before the
+        first rows it does not fix the stream's kind of event time)."""
         spec = self._spec(table)
-        return self._parts(spec, self._clock.times(table, spec.time_column, pd.Series(times)))
+        with self._clock.trial():
+            times = self._clock.times(table, spec.time_column, pd.Series(times))
+            return self._parts(table, times)
 
     def partitions(self, table: str) -> list[int]:
         """The ids of ``table``'s partitions holding rows inside its window, in order."""
@@ -605,7 +730,7 @@ class WindowedStream:
         partitions for the pattern views; a time behind the watermark is an error."""
         if self._clock.kind is None:
             raise RingmlError("the first event sets the kind of event time; insert rows first")
-        point = self._clock.point(time, "the watermark")
+        point = self._clock.point(time, "the watermark")  # NaN, NaT and inf refused
         if point < self._watermark:
             raise BatchError(
                 f"the watermark is {self.watermark!r}; it does not go back to {time!r}",
@@ -638,6 +763,16 @@ class WindowedStream:
             self._columns = [_relations(t) for t in self.targets]
         return self._columns
 
+    def _read_columns(self, source: str) -> list[str]:
+        """The columns the targets read of the stream tables of ``source`` (a batch
+        appended to it must have them; pattern views check their own)."""
+        names = self._sources[source]
+        out: dict[str, None] = {}
+        for columns in self._columns:
+            for name in names:
+                out.update(dict.fromkeys(columns.get(name) or ()))
+        return list(out)
+
     def _spec(self, table: str) -> StreamTable:
         if table not in self.tables:
             raise SchemaError(
@@ -650,9 +785,12 @@ class WindowedStream:
         width = self._clock.span(spec.partition, f"the partition width of {table!r}")
         return self._clock.point(spec.origin, f"the origin of {table!r}"), width
 
-    def _parts(self, spec: StreamTable, times: np.ndarray) -> np.ndarray:
-        width = self._clock.span(spec.partition, "the partition width")
-        origin = self._clock.point(spec.origin, "the origin")
+    def _parts(self, table: str, times: np.ndarray) -> np.ndarray:
+        if not len(times):  # e.g. an empty first batch: the kind of time is not known yet
+            return np.zeros(0, dtype=np.int64)
+        spec = self.tables[table]
+        width = self._clock.span(spec.partition, f"the partition width of {table!r}")
+        origin = self._clock.point(spec.origin, f"the origin of {table!r}")
         if isinstance(width, int) and isinstance(origin, int):  # nanoseconds: exact
             return (times - origin) // width
         with np.errstate(all="ignore"):
@@ -661,10 +799,10 @@ class WindowedStream:
         if beyond.any():
             at = int(np.flatnonzero(beyond)[0])
             raise BatchError(
-                f"stream column {spec.time_column!r}: event time {float(times[at])!r} lies "
-                f"{float(parts[at])!r} partitions of width {width!r} from the origin, beyond "
-                "int64 partition numbers",
-                None,
+                f"stream table {spec.source or table!r}, column {spec.time_column!r}: event "
+                f"time {float(times[at])!r} lies {float(parts[at])!r} partitions of width "
+                f"{width!r} from the origin, beyond int64 partition numbers",
+                spec.source or table,
                 spec.time_column,
                 float(times[at]),
             )
@@ -701,12 +839,16 @@ class WindowedStream:
         kind = self._clock.kind  # a rejected first batch does not fix the kind of time
         try:
             plan = self._plan(batches, explicit)
-            results, failed = self._apply_targets(plan)
+            results, held, failed = self._apply_targets(plan)
         except BaseException:
             self._clock.kind = kind
             raise
         self._commit(plan)
-        if failed is not None:  # applied everywhere; a subscriber raised
+        try:
+            notify(held)  # the batch happened: now the subscribers get its diffs
+        except SubscriberError as error:  # applied everywhere; a subscriber raised
+            failed = failed or error
+        if failed is not None:
             raise failed
         return results[0] if results else None
 
@@ -731,11 +873,22 @@ class WindowedStream:
                 batch.relation,
                 spec.time_column,
             )
+        read = self._read_columns(batch.relation)
+        missing = [c for c in read if c not in frame.columns]
+        if missing:
+            extra = [c for c in frame.columns if c not in read and c != spec.time_column]
+            raise BatchError(
+                f"stream table {batch.relation!r}: its targets read columns {read}; the batch "
+                f"lacks {missing}" + (f" and has extra {extra}" if extra else ""),
+                batch.relation,
+                missing[0],
+            )
         times = self._clock.times(batch.relation, spec.time_column, frame[spec.time_column])
-        if frame[spec.time_column].dtype == object and self._clock.kind == "datetime":
-            # dates or ISO texts: kept as the datetimes they are, so that the rows of
-            # several batches (texts, dates, timestamps) stack as one column of one type
-            frame = frame.assign(**{spec.time_column: times.view("datetime64[ns]")})
+        if _is_text(frame[spec.time_column].dtype) and self._clock.kind in _NANOSECONDS:
+            # dates, ISO texts or timedeltas: kept as the datetimes (durations) they are, so
+            # that the rows of several batches stack as one column of one type
+            unit = "datetime64[ns]" if self._clock.kind == "datetime" else "timedelta64[ns]"
+            frame = frame.assign(**{spec.time_column: times.view(unit)})
         is_late = times < self._watermark
         if is_late.any():
             at = int(np.flatnonzero(is_late)[0])
@@ -795,7 +948,7 @@ class WindowedStream:
             rows = _Rows.concat([r for _, r in pieces])
             times = np.concatenate([t for t, _ in pieces])
             for table in self._sources[source]:
-                plan.inserts[table] = (self._parts(self.tables[table], times), rows)
+                plan.inserts[table] = (self._parts(table, times), rows)
         for table in self.tables:
             self._plan_table(table, plan)
         for pattern in self.patterns:
@@ -838,28 +991,31 @@ class WindowedStream:
         frame = None if rows is None else rows.frame()
         return pattern._advance(parts, frame, self._complete_through(pattern.table, plan.watermark))
 
-    def _apply_targets(self, plan: _Plan) -> tuple[list[Any], SubscriberError | None]:
-        """Every target's apply (undone on all if one fails); a target whose subscriber
-        raised has applied: the others go on, and the first such error is returned."""
+    def _apply_targets(self, plan: _Plan) -> tuple[list[Any], list, SubscriberError | None]:
+        """Every target's apply (undone on all if one fails), its subscribers' deliveries
+        held back (handed over once every target took the batch, dropped with the undo: no
+        subscriber sees a batch that did not happen); a target whose own subscriber raised
+        anyway has applied: the others go on, and the first such error is returned."""
         done: list[tuple[Any, list[UpdateBatch]]] = []
         results = []
         failed = None
-        try:
-            for target, batches in zip(self.targets, plan.per_target, strict=True):
-                try:
-                    results.append(target.apply(batches) if batches else None)
-                except SubscriberError as error:
-                    failed = failed or error
-                    results.append(None)
-                done.append((target, batches))
-        except BaseException:  # a rejection, a bug or an interrupt: the targets stay equal
-            for target, batches in reversed(done):  # undo: the inverse batches
-                if batches:
-                    target.apply(
-                        [UpdateBatch(b.relation, b.rows, -b.signs()) for b in reversed(batches)]
-                    )
-            raise
-        return results, failed
+        with held_deliveries() as held:
+            try:
+                for target, batches in zip(self.targets, plan.per_target, strict=True):
+                    try:
+                        results.append(target.apply(batches) if batches else None)
+                    except SubscriberError as error:
+                        failed = failed or error
+                        results.append(None)
+                    done.append((target, batches))
+            except BaseException:  # a rejection, a bug or an interrupt: the targets stay equal
+                for target, batches in reversed(done):  # undo: the inverse batches
+                    if batches:
+                        target.apply(
+                            [UpdateBatch(b.relation, b.rows, -b.signs()) for b in reversed(batches)]
+                        )
+                raise
+        return results, held, failed
 
     def _commit(self, plan: _Plan) -> None:
         for table, (parts, rows) in plan.inserts.items():
@@ -893,6 +1049,18 @@ def _sortable(values: np.ndarray, kind: str) -> np.ndarray:
         bits = (values.astype(np.float64) + 0.0).view(np.uint64)
         return np.where(bits & _TOP, ~bits, bits | _TOP)
     return values.astype(np.int64).view(np.uint64) ^ _TOP
+
+
+def _range_sums(counts: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """``counts[low[i]:high[i]].sum()`` for every ``i`` (no Python loop)."""
+    lengths = high - low
+    total = int(lengths.sum())
+    if not total:
+        return np.zeros(len(low), np.int64)
+    starts = np.repeat(low - (np.cumsum(lengths) - lengths), lengths)
+    picked = counts[np.arange(total) + starts]
+    owner = np.repeat(np.arange(len(low)), lengths)
+    return np.bincount(owner, weights=picked, minlength=len(low)).astype(np.int64)
 
 
 def _unsortable(keys: np.ndarray, kind: str) -> np.ndarray:
@@ -942,6 +1110,7 @@ class MinMaxView:
             v: [] for v in self.values
         }
         kinds: dict[str, set[str]] = {v: set() for v in self.values}
+        null_deletes: dict[str, list[np.ndarray]] = {v: [] for v in self.values}
         for batch in batches:
             if batch.relation != self.relation:
                 raise BatchError(
@@ -964,6 +1133,7 @@ class MinMaxView:
                 data, present, kind = self._value_data(frame[v], v)
                 kinds[v].add(kind)
                 value_parts[v].append((groups[present], data[present], signs[present]))
+                null_deletes[v].append(groups[~present & (signs < 0)])
         if not group_parts:
             return
         staged = {v: self._kind_of(v, kinds[v]) for v in self.values}
@@ -984,6 +1154,7 @@ class MinMaxView:
             if staged[v] == "float" and self._kinds.get(v) == "int":
                 old_keys, old_counts = self._as_floats(old_keys, old_counts)
             merged[v] = self._merge(old_keys, old_counts, keys, signs, v)
+            self._check_null_deletes(v, np.concatenate(null_deletes[v]), rows, merged[v])
         self._kinds = {**self._kinds, **staged}
         self._rows_keys, self._rows = rows
         for v, (keys, counts) in merged.items():
@@ -1099,6 +1270,35 @@ class MinMaxView:
         if not keep.all():
             keys, counts = keys[keep], counts[keep]
         return keys, counts
+
+    def _check_null_deletes(self, column: str, groups: np.ndarray, rows, values) -> None:
+        """NULLs are not in a column's multiset, so a delete of a row whose ``column`` is
+        NULL is checked here: after the batch, each group deleting one must still hold at
+        least as many rows as non-NULL values of ``column`` (``rows``, ``values``: the
+        merged COUNT(*) and value keys with their counts)."""
+        if not len(groups):
+            return
+        groups = np.unique(groups)
+        row_keys, row_counts = rows
+        at = np.searchsorted(row_keys, groups)
+        found = at < len(row_keys)
+        found[found] = row_keys[at[found]] == groups[found]
+        held = np.zeros(len(groups), np.int64)
+        held[found] = row_counts[at[found]]
+        keys, counts = values
+        n = len(groups)
+        low = np.searchsorted(keys, self._join(groups, np.zeros(n, np.uint64)), "left")
+        high = np.searchsorted(keys, self._join(groups, np.full(n, ~np.uint64(0))), "right")
+        bad = np.flatnonzero(_range_sums(counts, low, high) > held)
+        if bad.size:
+            raise BatchError(
+                f"{self.name}: relation {self.relation!r}: a delete of a row the view does "
+                f"not hold (column {column!r} NULL, group {self._describe(groups[bad[0]])}); "
+                "nothing changed",
+                self.relation,
+                column,
+                None,
+            )
 
     def _describe(self, key: bytes) -> str:
         words = np.frombuffer(key.ljust(8 * (len(self.by) + 1), b"\0"), dtype=">u8")

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from ringml.rings.scalar import IntegerRing, ProductRing, RealRing
 
 from ringml import Maintainer, Query, UpdateBatch
-from ringml.errors import BatchError, RingmlError, SchemaError
+from ringml.errors import BatchError, InputTypeError, RingmlError, SchemaError, SubscriberError
 from ringml.sql import Database, StreamDatabase
 from ringml.sql.errors import SqlNameError, SqlSemanticError
 from ringml.windows import (
@@ -1039,3 +1039,251 @@ def test_date_stream_tables_take_the_values_a_date_table_takes():
     assert view.to_pandas()["s"].tolist() == [3.0]
     db.insert("S", {"day": [pd.Timestamp("2024-01-05")], "v": [4.0]})
     assert view.to_pandas()["s"].tolist() == [4.0]
+
+
+# ------------------------------------------------------------------ bug hunt: windows
+def loss_by_src() -> Maintainer:
+    return Maintainer(Query({"S": ["ts", "src", "loss"]}, RealRing(["loss"]), free=["src"]))
+
+
+def test_durations_as_event_times_run_on_a_nanosecond_clock_with_duration_specs():
+    """timedelta64 event times were read as numbers of nanoseconds while '1 MINUTE' counted
+    seconds: 70 s fell in partition 1166666666 and the first row expired at once."""
+    view = loss_by_src()
+    table = StreamTable("ts", partition="1 MINUTE", window="RANGE 2 MINUTES")
+    stream = WindowedStream(view, {"S": table}, lateness="10 SECONDS")
+    rows = {"ts": pd.to_timedelta([0, 70], unit="s"), "src": ["a", "a"], "loss": [1.0, 2.0]}
+    stream.insert("S", rows)
+    assert stream.watermark == pd.Timedelta(seconds=60)
+    assert stream.partitions("S") == [0, 1] and view.result() == {("a",): 3.0}
+    assert stream.partition_of("S", pd.to_timedelta([59, 60], unit="s")).tolist() == [0, 1]
+    with pytest.raises(InputTypeError, match="durations"):
+        stream.advance_watermark(200)  # a plain number is no duration
+    with pytest.raises(BatchError, match="durations in this stream"):
+        stream.insert("S", {"ts": [pd.Timestamp("2024-01-01")], "src": ["a"], "loss": [1.0]})
+    stream.advance_watermark("3 MINUTES")  # partition 0 ends at 1 min: 1 + 2 <= 3 expires it
+    assert view.result() == {("a",): 2.0} and stream.watermark == pd.Timedelta(minutes=3)
+    numbers = WindowedStream(loss_by_src(), {"S": StreamTable("ts", partition=60)})
+    with pytest.raises(InputTypeError, match="plain number, but the event times are durations"):
+        numbers.insert("S", rows)  # a width in plain numbers over durations: refused by name
+
+
+def test_stream_database_gives_each_exact_window_its_own_table():
+    """'%g' named RANGE 1000000 and RANGE 1000001 alike: the second view read the first
+    one's window."""
+    sdb = StreamDatabase()
+    sdb.create_stream_table("CREATE TABLE S (ts BIGINT, v DOUBLE)", "ts", 1)
+    for name, window in [("short", "RANGE 1000000"), ("long", "RANGE 1000001"),
+                         ("tiny", "RANGE 0.5"), ("small", "RANGE 0.50000001")]:  # fmt: skip
+        sdb.create_view(name, "SELECT COUNT(*) AS n FROM S", window=window)
+    sdb.create_view("again", "SELECT SUM(v) AS s FROM S", window="RANGE 1000000")  # shared
+    assert len(sdb.stream.tables) == 4
+    assert {str(spec.window) for spec in sdb.stream.tables.values()} == {
+        "RANGE 1000000.0", "RANGE 1000001.0", "RANGE 0.5", "RANGE 0.50000001"
+    }  # fmt: skip
+    sdb.insert("S", pd.DataFrame({"ts": [0, 1_000_000], "v": [1.0, 1.0]}))
+    sdb.advance_watermark(1_000_001)
+    assert sdb.view("short").to_pandas()["n"].tolist() == [1]
+    assert sdb.view("long").to_pandas()["n"].tolist() == [2]
+    assert sdb.view("again").to_pandas()["s"].tolist() == [1.0]
+    assert len(sdb.window_rows("S", "RANGE 1000001")) == 2
+    with pytest.raises(SqlSemanticError, match="no view reads"):
+        sdb.window_rows("S", "RANGE 7")
+
+
+def test_a_batch_a_later_target_rejects_publishes_no_diff():
+    """The first target applied the batch and published its diff, then was undone (a
+    second diff) when the second target refused: subscribers saw a batch that never
+    happened."""
+    db = Database("CREATE TABLE S (ts DOUBLE, src TEXT, loss DOUBLE)")
+    db.create_view("per_src", "SELECT src, COUNT(*) AS n FROM S GROUP BY src")
+    diffs = []
+    db.view("per_src").subscribe(diffs.append)
+    counts = Maintainer(Query({"S": ["src"]}, IntegerRing(), free=["src"]))
+    deltas = []
+    counts.subscribe(deltas.append)
+    strict = Database("CREATE TABLE S (ts DOUBLE, src TEXT, loss BIGINT)")
+    table = StreamTable("ts", partition=10, window="RANGE 20")
+    stream = WindowedStream([db, counts, strict], {"S": table})
+    stream.insert("S", pd.DataFrame({"ts": [1.0], "src": ["a"], "loss": [1.0]}))
+    assert len(diffs) == len(deltas) == 1
+    with pytest.raises(BatchError, match="not an integer"):
+        stream.insert("S", pd.DataFrame({"ts": [2.0], "src": ["b"], "loss": [1.5]}))
+    assert len(diffs) == len(deltas) == 1 and stream.watermark == 1.0
+    assert db.view("per_src").to_pandas().values.tolist() == [["a", 1]]
+
+    def boom(diff):
+        raise RuntimeError("subscriber")
+
+    db.view("per_src").subscribe(boom)  # a raising subscriber: the batch stays applied
+    with pytest.raises(SubscriberError):
+        stream.insert("S", pd.DataFrame({"ts": [3.0], "src": ["c"], "loss": [2.0]}))
+    assert len(diffs) == len(deltas) == 2 and stream.watermark == 3.0
+    assert counts.result() == {("a",): 1, ("c",): 1} and len(strict.table("S")) == 2
+
+
+@pytest.mark.parametrize("when", [np.inf, -np.inf, np.nan, None, pd.NaT])
+def test_non_finite_watermarks_are_refused_and_change_nothing(when):
+    """advance_watermark(inf) expired nothing and then rejected every later row; nan was
+    accepted silently."""
+    view = loss_by_src()
+    stream = WindowedStream(view, {"S": StreamTable("ts", partition=60, window="RANGE 120")})
+    stream.insert("S", pd.DataFrame({"ts": [0, 70], "src": ["a", "a"], "loss": [1.0, 2.0]}))
+    with pytest.raises(BatchError, match="the watermark .* is not a"):
+        stream.advance_watermark(when)
+    assert stream.watermark == 70.0 and view.result() == {("a",): 3.0}
+    stream.insert("S", pd.DataFrame({"ts": [200.0], "src": ["a"], "loss": [4.0]}))
+    assert view.result() == {("a",): 6.0}  # partition 0 (end 60) expired at 200 - 120
+    dated = WindowedStream(loss_by_src(), {"S": StreamTable("ts", "1 MINUTE", "RANGE 2 MINUTES")})
+    dated.insert("S", {"ts": [pd.Timestamp("2024-01-01")], "src": ["a"], "loss": [1.0]})
+    with pytest.raises(BatchError, match="the watermark .* is not a"):
+        dated.advance_watermark(when)
+    with pytest.raises(BatchError, match="no event time"):
+        stream.insert("S", pd.DataFrame({"ts": [300.0, np.nan], "src": ["a", "b"], "loss": 1.0}))
+
+
+def test_minmax_view_refuses_deletes_of_null_values_it_does_not_hold():
+    """A delete whose value was NULL was checked against the group's row count only: MIN
+    and MAX kept a deleted group's values, or result() raised IndexError."""
+    view = MinMaxView("S", values=["v", "w"], by=["g"])
+    rows = {"g": ["a", "b", "c", "c"], "v": [1.0, 2.0, 3.0, np.nan], "w": [1, 2, 3, 4]}
+    view.apply(UpdateBatch.inserts("S", rows))
+    before = view.result()
+    for bad in [{"g": ["a"], "v": [np.nan], "w": [1]}, {"g": ["c", "c"], "v": [np.nan] * 2,
+                "w": [3, 4]}, {"g": ["b"], "v": [2.0], "w": [np.nan]}]:  # fmt: skip
+        with pytest.raises(BatchError, match="does not hold .*NULL"):
+            view.apply(UpdateBatch.deletes("S", bad))
+        pd.testing.assert_frame_equal(view.result(), before)
+    view.apply(UpdateBatch.deletes("S", {"g": ["c"], "v": [np.nan], "w": [4]}))  # held: fine
+    out = view.result().set_index("g")
+    assert out.loc["c", "count"] == 1 and out.loc["c", "min_v"] == out.loc["c", "max_v"] == 3.0
+    view.apply(UpdateBatch.deletes("S", {"g": ["c"], "v": [3.0], "w": [3]}))
+    assert sorted(view.result()["g"]) == ["a", "b"]
+    plain = MinMaxView("S", values=["v"])
+    plain.apply(UpdateBatch.inserts("S", {"v": [1.0, np.nan]}))
+    with pytest.raises(BatchError, match="NULL"):
+        plain.apply(UpdateBatch.deletes("S", {"v": [np.nan, np.nan]}))
+    plain.apply(UpdateBatch.deletes("S", {"v": [np.nan]}))
+    assert plain.result()[["count", "min_v"]].values.tolist() == [[1, 1.0]]
+
+
+def test_an_empty_first_batch_is_a_no_op_whatever_the_origin():
+    """An empty batch before the first row read the datetime origin on a number clock."""
+    view = loss_by_src()
+    table = StreamTable("ts", "1 MINUTE", "RANGE 2 MINUTES", origin="2024-01-01 00:00:30")
+    stream = WindowedStream(view, {"S": table})
+    empty = pd.DataFrame(
+        {
+            "ts": pd.Series(dtype="datetime64[ns]"),
+            "src": pd.Series(dtype=object),
+            "loss": pd.Series(dtype=float),
+        }  # fmt: skip
+    )
+    stream.insert("S", empty)
+    assert stream.watermark == -np.inf and stream.batches_applied == 1
+    stream.insert("S", {"ts": [pd.Timestamp("2024-01-01 00:01:00")], "src": ["a"], "loss": [1.0]})
+    assert view.result() == {("a",): 1.0} and stream.partitions("S") == [0]
+
+
+@pytest.mark.parametrize("dtype", [object, "string", "string[pyarrow]", "arrow"])
+def test_iso_date_texts_of_every_string_dtype_are_event_times(dtype):
+    """ISO texts were event times in object columns only; pandas' string dtype (pandas 3's
+    default for text) was 'neither a number nor a datetime'."""
+    import pyarrow as pa
+
+    dtype = pd.ArrowDtype(pa.string()) if dtype == "arrow" else dtype
+    texts = pd.Series(["2024-01-01", "2024-01-02"], dtype=dtype)
+    sdb = StreamDatabase()
+    sdb.create_stream_table("CREATE TABLE S (d DATE, v DOUBLE)", "d", "1 DAY")
+    sdb.create_view("n", "SELECT COUNT(*) AS n FROM S", window="RANGE 7 DAYS")
+    sdb.insert("S", pd.DataFrame({"d": texts, "v": [1.0, 2.0]}))
+    assert sdb.view("n").to_pandas()["n"].tolist() == [2]
+    assert sdb.watermark == pd.Timestamp("2024-01-02")
+    view = loss_by_src()
+    stream = WindowedStream(view, {"S": StreamTable("ts", "1 DAY", "RANGE 1 DAY")})
+    stream.insert("S", pd.DataFrame({"ts": texts, "src": ["a", "b"], "loss": [1.0, 2.0]}))
+    assert stream.watermark == pd.Timestamp("2024-01-02")
+    assert stream.window_rows("S")["ts"].dtype == "datetime64[ns]"
+    assert stream.partition_of("S", texts).tolist() == [19723, 19724]
+
+
+def test_a_rejected_stream_view_leaves_no_window_table_behind():
+    """A view refused for its name left its new window table in the database and the
+    stream, fed from then on."""
+    sdb = StreamDatabase()
+    sdb.create_stream_table("CREATE TABLE S (ts DOUBLE, src TEXT, loss DOUBLE)", "ts", 10)
+    sdb.create_view("v", "SELECT src, COUNT(*) AS n FROM S GROUP BY src", window="RANGE 10")
+    before = (sorted(sdb.database.tables), sorted(sdb.stream.tables))
+    with pytest.raises(SqlNameError, match="exists already"):
+        sdb.create_view("v", "SELECT src, SUM(loss) AS s FROM S GROUP BY src", window="RANGE 20")
+    with pytest.raises(InputTypeError, match="unknown strategy"):
+        sdb.create_view("w", "SELECT COUNT(*) AS n FROM S", window="RANGE 30", strategy="nope")
+    assert (sorted(sdb.database.tables), sorted(sdb.stream.tables)) == before
+    sdb.create_view("w", "SELECT COUNT(*) AS n FROM S", window="RANGE 30")  # the name is free
+    sdb.insert("S", pd.DataFrame({"ts": [1.0], "src": ["a"], "loss": [1.0]}))
+    assert sdb.view("w").to_pandas()["n"].tolist() == [1]
+
+
+def test_a_stream_batch_missing_a_column_is_a_batch_error_naming_it():
+    """The stream's projection raised a bare KeyError."""
+    view = loss_by_src()
+    stream = WindowedStream(view, {"S": StreamTable("ts", partition=60, window="RANGE 120")})
+    with pytest.raises(BatchError, match=r"lacks \['loss'\] and has extra \['LOSS'\]") as error:
+        stream.insert("S", pd.DataFrame({"ts": [1.0], "src": ["a"], "LOSS": [1.0]}))
+    assert (error.value.relation, error.value.column) == ("S", "loss")
+    assert stream.watermark == -np.inf and view.result() == {}
+    sdb = StreamDatabase()
+    sdb.create_stream_table("CREATE TABLE S (ts DOUBLE, src TEXT, loss DOUBLE)", "ts", 10)
+    sdb.create_view("n", "SELECT COUNT(*) AS n FROM S", window="RANGE 10")
+    with pytest.raises(BatchError, match=r"table 'S' has columns .* lack \['loss'\]"):
+        sdb.insert("s", pd.DataFrame({"ts": [1.0], "src": ["a"], "LOSS": [1.0]}))  # as Database
+    assert sdb.watermark == -np.inf
+
+
+def test_partition_of_does_not_fix_the_kind_of_event_time():
+    view = loss_by_src()
+    stream = WindowedStream(view, {"S": StreamTable("ts", "1 MINUTE", "RANGE 2 MINUTES")})
+    assert stream.partition_of("S", [90]).tolist() == [1]  # a question, in seconds
+    assert stream.partition_of("S", pd.to_datetime(["1970-01-01 00:01:30"])).tolist() == [1]
+    stream.insert("S", {"ts": [pd.Timestamp("2024-01-01 00:00:30")], "src": ["a"], "loss": [1.0]})
+    assert view.result() == {("a",): 1.0}
+    assert stream.partition_of("S", [pd.Timestamp("2024-01-01 00:01:30")]).tolist() == [28401121]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        dict(window="RANGE inf"), dict(window="RANGE nan"), dict(partition="nan"),
+        dict(partition=float("inf")), dict(lateness="nan"), dict(lateness=np.inf),
+        dict(partition="NaT"), dict(origin=np.nan), dict(origin="NaT"), dict(origin=-np.inf),
+    ],
+)  # fmt: skip
+def test_non_finite_durations_and_origins_are_refused_at_construction(spec):
+    """NaN compares false, so 'RANGE nan', partition='nan' and lateness='nan' passed the
+    positivity checks and failed later with numpy errors, or froze the watermark."""
+    spec = dict(spec)
+    lateness = spec.pop("lateness", 0)
+    with pytest.raises(InputTypeError, match="finite"):
+        table = StreamTable("ts", **{"partition": 60, "window": "RANGE 120", **spec})
+        WindowedStream(loss_by_src(), {"S": table}, lateness=lateness)
+
+
+def test_stream_database_errors_name_the_stream_table_and_match_names_like_insert():
+    """A bad value was reported in 'S__range_20' (a hidden table); dead_letters('s') failed
+    where insert('s', ...) works."""
+    sdb = StreamDatabase(late="dead_letter")
+    sdb.create_stream_table("CREATE TABLE S (ts DOUBLE, src TEXT, loss DOUBLE)", "ts", 10)
+    sdb.create_view("v", "SELECT src, SUM(loss) AS s FROM S GROUP BY src", window="RANGE 20")
+    with pytest.raises(BatchError, match="^table 'S', column 'loss'") as error:
+        sdb.insert("S", pd.DataFrame({"ts": [1.0], "src": ["a"], "loss": ["high"]}))
+    assert error.value.relation == "S"
+    sdb.insert("s", pd.DataFrame({"ts": [50.0], "src": ["a"], "loss": [1.0]}))
+    sdb.insert("s", pd.DataFrame({"ts": [1.0], "src": ["a"], "loss": [1.0]}))  # late
+    assert len(sdb.dead_letters("s")) == len(sdb.dead_letters("S")) == 1
+    assert len(sdb.window_rows("s", "RANGE 20")) == 1
+
+
+@pytest.mark.parametrize("first, last", [(np.nan, 1), (0, np.inf), ("a", 1)])
+def test_a_partitions_window_refuses_what_is_not_an_integer_by_name(first, last):
+    with pytest.raises(InputTypeError, match="PARTITIONS needs integers"):
+        Window.partitions(first, last)  # int(nan) raised a bare ValueError

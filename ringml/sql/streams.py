@@ -27,7 +27,6 @@ window that exists may be created at any time.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -43,16 +42,20 @@ from .parse import DIALECT, parse_select
 from .views import Database, View
 
 
-def _hidden(table: str, window: Window) -> str:
-    """The table holding ``table``'s rows inside ``window``."""
-    return table if window.kind == "unbounded" else f"{table}__{_slug(window)}"
-
-
 def _slug(window: Window) -> str:
+    """A name part for ``window``, distinct for distinct windows: whole numbers as digits
+    (``range_600``), whole seconds as ``600s``, other Timedeltas in nanoseconds, other
+    numbers by their exact repr (``1e-06`` as ``1em06``, ``0.5`` as ``0_5``)."""
     if window.kind == "range":
         length = window.length
-        text = f"{length.total_seconds():g}s" if isinstance(length, pd.Timedelta) else f"{length:g}"
-        return "range_" + re.sub(r"\W", "_", text)
+        if isinstance(length, pd.Timedelta):
+            nanos = length.value
+            text = f"{nanos // 10**9}s" if nanos % 10**9 == 0 else f"{nanos}ns"
+        elif float(length).is_integer() and abs(length) < 2.0**53:
+            text = str(int(length))
+        else:
+            text = repr(float(length)).replace(".", "_").replace("-", "m").replace("+", "p")
+        return "range_" + text
     return f"partitions_{window.first}_{window.last}".replace("-", "m")
 
 
@@ -133,18 +136,18 @@ class StreamDatabase:
         staged = catalog.copy()
         added: dict[str, tuple[TableSchema, StreamTable]] = {}
         for node, schema in nodes:
-            hidden = (
-                schema.name if parsed.kind == "unbounded" else f"{schema.name}__{_slug(parsed)}"
+            hidden = self._window_table(schema.name, parsed) or next(
+                (h for h, (s, _) in added.items() if s.name == schema.name), None
             )
-            if hidden not in self.stream.tables and hidden not in added:
+            if hidden is None:  # a new window over this stream table
                 if schema.name in self.stream._seen:
                     raise SqlSemanticError(
                         f"view {name!r}: stream table {schema.name!r} has rows already, which a "
                         f"new window ({parsed}) would miss; declare its windows first"
                     )
-                if hidden != schema.name:
-                    if staged.find(hidden) is not None:
-                        raise SqlNameError(f"a table named {hidden!r} exists already")
+                hidden = schema.name
+                if parsed.kind != "unbounded":
+                    hidden = self._new_name(schema.name, parsed, staged)
                     staged.add(
                         TableSchema(
                             hidden, schema.columns, schema.types, schema.key, schema.nullable
@@ -160,13 +163,47 @@ class StreamDatabase:
             node.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
         rewritten = tree.sql(dialect=DIALECT)
         compile_view(rewritten, staged)  # raises before anything changes
-        for hidden, (schema, spec) in added.items():
-            if hidden != schema.name:
-                self.database.create_table(_ddl(hidden, schema))
-            self.stream.add_table(hidden, spec)
-        view = self.database.create_view(name, rewritten, strategy)
+        catalog_before, streamed = self.database.catalog, []
+        try:
+            for hidden, (schema, spec) in added.items():
+                if hidden != schema.name:
+                    self.database.create_table(_ddl(hidden, schema))
+                self.stream.add_table(hidden, spec)
+                streamed.append(hidden)
+            view = self.database.create_view(name, rewritten, strategy)
+        except BaseException:  # e.g. the view's name is taken: take the new windows back
+            self.database.catalog = catalog_before
+            for hidden, (schema, _) in added.items():
+                if hidden != schema.name:
+                    self.database._tables.pop(hidden, None)
+            for hidden in reversed(streamed):  # reads the targets' tables again
+                self.stream._remove_table(hidden)
+            raise
         self._windows[view.name] = None if window is None else str(parsed)
         return view
+
+    def _window_table(self, table: str, window: Window) -> str | None:
+        """The hidden table holding stream table ``table``'s rows inside exactly ``window``
+        (``table`` itself for UNBOUNDED), or None if no view reads it so."""
+        for name, spec in self.stream.tables.items():
+            if (spec.source or name) == table and spec.window == window:
+                return name
+        return None
+
+    def _new_name(self, table: str, window: Window, staged: Catalog) -> str:
+        """A name for a new window table over ``table``, taken by no table or view."""
+        base = f"{table}__{_slug(window)}"
+        views = {v.lower() for v in self.database.views}
+        name, n = base, 1
+        while staged.find(name) is not None or name in self.stream.tables or name.lower() in views:
+            n += 1
+            name = f"{base}_{n}"
+        return name
+
+    def _stream_table(self, table: str) -> str | None:
+        """The declared stream table ``table`` names (matched like SQL names), or None."""
+        schema = self.database.catalog.find(table) if isinstance(table, str) else None
+        return schema.name if schema is not None and schema.name in self._streams else None
 
     def view(self, name: str) -> View:
         return self.database.view(name)
@@ -210,7 +247,10 @@ class StreamDatabase:
                         "would be lost to every later window; create its views first",
                         schema.name,
                     )
-                batch = UpdateBatch(schema.name, batch.rows, batch.multiplicity)
+                # checked (columns, types) and typed against the stream table itself, so
+                # that an error names it, not the hidden window tables its rows go to
+                rows = schema.conform(batch.rows)
+                batch = UpdateBatch(schema.name, rows, batch.multiplicity)
             named.append(batch)
         self.stream.apply(named)
 
@@ -219,12 +259,24 @@ class StreamDatabase:
         self.stream.advance_watermark(time)
 
     def dead_letters(self, table: str) -> pd.DataFrame:
-        """The late rows of a stream table kept with ``late="dead_letter"``."""
-        return self.stream.dead_letters(table)
+        """The late rows of a stream table kept with ``late="dead_letter"`` (``table``
+        matched like :meth:`insert` matches it)."""
+        return self.stream.dead_letters(self._stream_table(table) or table)
 
     def window_rows(self, table: str, window: str | Window | None) -> pd.DataFrame:
-        """The rows of stream table ``table`` inside ``window`` now."""
-        return self.database.table(_hidden(table, Window.parse(window)))
+        """The rows of stream table ``table`` inside ``window`` now (a window some view
+        reads it through)."""
+        name = self._stream_table(table)
+        if name is None:
+            raise SqlNameError(
+                f"unknown stream table {table!r}; the stream tables are {sorted(self._streams)}",
+                construct=str(table),
+            )
+        parsed = Window.parse(window)
+        hidden = self._window_table(name, parsed)
+        if hidden is None:
+            raise SqlSemanticError(f"no view reads stream table {name!r} through {parsed}")
+        return self.database.table(hidden)
 
     def tables(self) -> Sequence[str]:
         """The stream tables."""
