@@ -56,7 +56,13 @@ record of the batch instead (linear in the batch) and a snapshot every N-th batc
 restart restores the snapshot and re-applies the logged batches.
 
 The state directory also records the Spark query id (from the checkpoint's ``metadata``
-file) and refuses to run against another checkpoint.  ``foreachBatch`` runs on a Spark
+file) and refuses to run against another checkpoint; a fresh state (no batch applied, no
+query recorded) refuses a checkpoint that already committed batches, whose rows it would
+never see.  The checkpoint location is a path or a ``file:`` URI, read directly, or
+another Hadoop URI (``s3a://``, ``hdfs://``), read through the session's Hadoop file
+system; where it cannot be read (no such file system in the session, Spark Connect) these
+checks are skipped with a ``RuntimeWarning``.  A failed commit (e.g. of the dead letters)
+takes the target back to the last committed batch.  ``foreachBatch`` runs on a Spark
 thread: read results with :meth:`StreamingMaintainer.result` (or under its ``lock``), or
 after the query stops.  Paths are local/POSIX: with a local maintainer the state lives
 where the driver runs (the driver holds the maintainer); with a distributed one (see above)
@@ -80,12 +86,15 @@ import datetime
 import json
 import math
 import os
+import re
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlparse
 
 import numpy as np
 import pandas as pd
@@ -102,6 +111,7 @@ from .spark_distributed import DistributedMaintainer
 __all__ = [
     "FORMATS",
     "OPS",
+    "CSV_OPTIONS",
     "BadRow",
     "BatchReport",
     "ChangeFeed",
@@ -109,6 +119,7 @@ __all__ = [
     "StreamingMaintainer",
     "change_feed_schema",
     "feed_layout",
+    "naive_timestamps",
     "parse_kafka_values",
     "read_change_feed",
     "spark_types_of",
@@ -134,6 +145,27 @@ _SOURCE_HINTS = {
     "delta.configure_spark_with_delta_pip",
 }
 CORRUPT = "_corrupt_record"
+#: Spark's ``nullValue`` for CSV feeds.  Spark compares every field, unquoted, with it; an
+#: unquoted empty field reads as ``nullValue`` itself and a quoted one (``""``) as
+#: ``emptyValue``, so a ``nullValue`` that no field holds tells NULL (nothing between the
+#: commas) from the empty string (``""``).  :func:`write_change_file` refuses to write it.
+NULL_TOKEN = "\u0000"
+#: How CSV feeds are read (RFC 4180, as :func:`write_change_file` writes them; a feed's
+#: ``options`` may override them): a header, checked against the schema by position (a file
+#: whose header names other columns, or the same ones in another order, stops the query
+#: with a :class:`FeedError` naming the file, never a silent shift of the columns); quotes
+#: inside quoted fields doubled; quoted fields may span lines (``multiLine``: Spark then
+#: reads each file with one task instead of splitting it every 128 MB, which costs nothing
+#: for change files of a few hundred MB or less: publish larger changes as several files);
+#: an unquoted empty field is NULL, ``""`` the empty string.
+CSV_OPTIONS: dict[str, str] = {
+    "header": "true",
+    "enforceSchema": "false",
+    "escape": '"',
+    "multiLine": "true",
+    "nullValue": NULL_TOKEN,
+    "emptyValue": "",
+}
 _FEED = "__ringml_feed"
 _REL = "__ringml_relation"
 _OP = "__ringml_op"
@@ -239,15 +271,25 @@ class ChangeFeed:
         return columns
 
     def ddl(self) -> str:
-        """The full read schema as a DDL string (with ``_corrupt_record``)."""
-        columns = {}
+        """The full read schema as a DDL string (with ``_corrupt_record``).
+
+        The schema's columns keep the order they were given in: a CSV file's columns are
+        read by position, so that order is the files' column order (every file's header is
+        checked against it, see :func:`read_change_feed`).  The relation column (a tagged
+        feed) and the op / multiplicity column come first when the schema does not name
+        them (the layout :func:`write_stream_files` writes)."""
+        given = _parse_schema(self.schema)
+        given.pop(CORRUPT, None)
+        fixed: dict[str, str] = {}
         if self.relation is None:
-            columns[self.relation_column] = "string"
+            fixed[self.relation_column] = "string"
         if self.op_column is not None:
-            columns[self.op_column] = "string"
+            fixed[self.op_column] = "string"
         else:
-            columns[self.mult_column] = "bigint"
-        columns.update(self.data_columns())
+            fixed[self.mult_column] = "bigint"
+        columns = {name: kind for name, kind in fixed.items() if name not in given}
+        for name, kind in given.items():
+            columns[name] = fixed.get(name, kind)
         columns[CORRUPT] = "string"
         return ", ".join(f"`{name}` {kind}" for name, kind in columns.items())
 
@@ -324,10 +366,9 @@ def read_change_feed(spark, feed: ChangeFeed, index: int = 0):
         reader = _with_options(reader, feed.options)
         return feed_layout(_load(reader, feed, feed.path), feed, index)
     reader = spark.readStream.schema(feed.ddl()).option("columnNameOfCorruptRecord", CORRUPT)
+    reader = reader.option("mode", "PERMISSIVE")
     if feed.format == "csv":
-        reader = reader.option("header", "true").option("mode", "PERMISSIVE")
-    else:
-        reader = reader.option("mode", "PERMISSIVE")
+        reader = _with_options(reader, CSV_OPTIONS)
     if feed.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(int(feed.max_files_per_trigger)))
     reader = _with_options(reader.format(feed.format), feed.options)
@@ -390,6 +431,21 @@ def feed_layout(df, feed: ChangeFeed, index: int = 0):
     )
 
 
+_HEADER_MISMATCH = re.compile(
+    r"((?:CSV header does not conform to the schema|Number of column in CSV header).*?)"
+    r"CSV file: (\S+)",
+    re.DOTALL,
+)
+_EXPECTED_COLUMN = re.compile(r"Expected: (.*?) but found:")
+
+
+def _under(path: str, folder: str) -> bool:
+    """Whether the file ``path`` (a URI as Spark names it) lies under the feed ``folder``."""
+    local = _local_path(path) or path
+    root = _local_path(folder) or folder
+    return os.path.abspath(local).startswith(os.path.abspath(root).rstrip(os.sep) + os.sep)
+
+
 def _prefixed(index: int, column: str) -> str:
     return f"__f{index}__{column}"
 
@@ -431,6 +487,12 @@ class StreamingMaintainer:
             raise ValueError("on_error='dead_letter' needs dead_letter_path")
         if callback_every < 1:
             raise ValueError("callback_every must be >= 1")
+        if dead_letter_path is not None and os.path.exists(dead_letter_path):
+            if not os.path.isdir(dead_letter_path):
+                raise ValueError(
+                    f"dead_letter_path {os.fspath(dead_letter_path)!r} is a file; it must be a "
+                    "folder (one parquet file per batch goes there), new or existing"
+                )
         if _is_database(maintainer) != self._database_target:
             raise InputTypeError(
                 "a ringml.sql.Database is fed by ringml.pipelines.spark_views.StreamingViews"
@@ -457,6 +519,12 @@ class StreamingMaintainer:
         self.reports: list[BatchReport] = []
         self._feeds: list[ChangeFeed] = []
         self._spark_checkpoint: str | None = None
+        self._spark_folder: _SparkCheckpointFolder | None = None
+        #: the Spark session time zone: a Spark ``timestamp`` (an instant, which Arrow
+        #: holds in UTC) reaches the target as the naive wall-clock time of this zone, the
+        #: time a CSV/JSON text without an offset was read as (set from the session of each
+        #: micro-batch; None: the zone Arrow gives, UTC)
+        self.time_zone: str | None = None
         self._dirty = False
         #: held while a batch is applied and committed; take it to read a consistent state
         #: while the query runs (``result()`` does)
@@ -485,6 +553,10 @@ class StreamingMaintainer:
         """The target's relations (a feed row's ``relation``) and their columns."""
         return self.maintainer.query.relations
 
+    def _nullable(self) -> Mapping[str, Sequence[str]]:
+        """Per relation, the columns that may hold NULL (a NULL elsewhere is a bad row)."""
+        return {}
+
     def _before_commit(self, batch_id: int, batches: Sequence[UpdateBatch]) -> None:
         """Runs after a batch is applied in memory and before its commit (an exception
         leaves the batch uncommitted: the state is reloaded)."""
@@ -493,18 +565,24 @@ class StreamingMaintainer:
         """Runs after a batch is committed, before ``on_batch``."""
 
     def _spark_query_id(self) -> str | None:
-        if self._spark_checkpoint is None:
+        if self._spark_folder is None:
             return None
-        path = os.path.join(self._spark_checkpoint, "metadata")
-        try:
-            with open(path) as handle:
-                return json.loads(handle.readline()).get("id")
-        except (OSError, ValueError):
-            return None
+        return self._spark_folder.query_id()
 
     def _check_spark_checkpoint(self) -> None:
+        folder = self._spark_folder
+        assert folder is not None
+        if not folder.readable:
+            warnings.warn(
+                f"the Spark checkpoint {self._spark_checkpoint} cannot be read from here "
+                f"({folder.unreadable}): the check that it belongs to the state in "
+                f"{self.checkpoint.directory} is skipped",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return
         stored = self.meta.get("spark_query_id")
-        current = self._spark_query_id()
+        current = folder.query_id()
         if stored is not None and current is not None and stored != current:
             raise CheckpointError(
                 f"state in {self.checkpoint.directory} belongs to Spark query {stored}, but "
@@ -517,6 +595,16 @@ class StreamingMaintainer:
                 "new: its batch ids would restart at 0 and be skipped; use the matching "
                 "checkpoint or a fresh state_dir"
             )
+        if self.last_batch_id < 0 and stored is None and current is not None:
+            committed = folder.committed()
+            if committed:
+                raise CheckpointError(
+                    f"state in {self.checkpoint.directory} is fresh (no batch applied), but "
+                    f"the Spark checkpoint {self._spark_checkpoint} has committed batches "
+                    f"up to {max(committed)} (query {current}), which Spark would not read "
+                    "again: this state would miss their rows; use a fresh checkpoint "
+                    "location with a fresh state_dir, or the state_dir that checkpoint ran with"
+                )
 
     # ------------------------------------------------------------------ Spark
     def start(
@@ -540,6 +628,9 @@ class StreamingMaintainer:
             self._reload()
         self._feeds = feeds
         self._spark_checkpoint = os.fspath(checkpoint_location)
+        self._spark_folder = _SparkCheckpointFolder(self._spark_checkpoint, spark)
+        with contextlib.suppress(Exception):
+            self.time_zone = spark.conf.get("spark.sql.session.timeZone")
         self._check_spark_checkpoint()
         frames = [
             self._feed_frame(read_change_feed(spark, feed, i), feed, i)
@@ -580,14 +671,63 @@ class StreamingMaintainer:
         if int(batch_id) <= self.last_batch_id and not self._dirty:
             self.replays_skipped.append(int(batch_id))
             return
-        table = df.toArrow() if hasattr(df, "toArrow") else pa.Table.from_pandas(df.toPandas())
+        with contextlib.suppress(Exception):  # how Spark shows its timestamps (instants)
+            self.time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone")
+        try:
+            table = df.toArrow() if hasattr(df, "toArrow") else pa.Table.from_pandas(df.toPandas())
+        except Exception as error:
+            failure = self._read_failure(error, int(batch_id))
+            if failure is None:
+                raise
+            self.errors.append(failure)
+            raise failure from None
         self.process_batch(table, int(batch_id))
+
+    def _read_failure(self, error: BaseException, batch_id: int) -> FeedError | None:
+        """A :class:`FeedError` for a CSV file whose header does not match its feed's schema
+        (Spark's reader refuses the file; its rows cannot be told apart, so the batch stops
+        in either ``on_error`` mode), else None."""
+        text = str(error)
+        match = _HEADER_MISMATCH.search(text)
+        if match is None:
+            return None
+        detail = " ".join(line.strip() for line in match.group(1).strip().splitlines())
+        path = match.group(2)
+        feed = next((f for f in self._feeds if f.format == "csv" and _under(path, f.path)), None)
+        expected = _EXPECTED_COLUMN.search(detail)
+        reason = (
+            f"CSV file {path}: its header does not match the feed's schema, whose columns "
+            f"are read by position ({detail}); write the file's columns in the schema's "
+            "order (or give the schema in the file's order), then move the file back"
+        )
+        bad = BadRow(
+            batch_id,
+            None if feed is None else feed.relation,
+            reason,
+            path,
+            None if expected is None else expected.group(1),
+        )
+        return FeedError(batch_id, [bad])
 
     # ------------------------------------------------------------------ batches
     def result(self):
         """The maintained result as of the last committed batch (safe while streaming)."""
         with self.lock:
+            self._committed()
             return self.maintainer.result()
+
+    def _committed(self) -> None:
+        """Bring the target back to the last committed batch when a failed commit left it
+        ahead (call under ``lock``)."""
+        if self._dirty:
+            self._reload()
+
+    def _discard_uncommitted(self) -> None:
+        """A batch was applied in memory but not committed: go back to the committed state
+        now (the caller's objects show it), or at the next read or batch if that fails."""
+        self._dirty = True
+        with contextlib.suppress(Exception):
+            self._reload()
 
     def process_batch(self, table: pa.Table | pd.DataFrame, batch_id: int) -> BatchReport | None:
         """Apply one micro-batch in the internal layout (see :func:`read_change_feed`).
@@ -607,7 +747,9 @@ class StreamingMaintainer:
         if isinstance(table, pd.DataFrame):
             table = pa.Table.from_pandas(table, preserve_index=False)
         if table.num_rows == 0:
+            self._bind_spark_query()
             return None
+        table = naive_timestamps(table, self.time_zone)
         started = time.perf_counter()
         if self.meta.get("spark_query_id") is None:
             query_id = self._spark_query_id()
@@ -624,8 +766,8 @@ class StreamingMaintainer:
         except FeedError:
             raise  # nothing was applied
         except BaseException as error:  # e.g. a subscriber raised after the apply
-            self._dirty = True
             self.errors.append(error)
+            self._discard_uncommitted()
             raise
         bad += engine_bad
         try:
@@ -634,8 +776,8 @@ class StreamingMaintainer:
             self._before_commit(batch_id, batches)
             self.checkpoint.commit(self.maintainer, batch_id, batches, self.meta)
         except BaseException as error:
-            self._dirty = True  # applied in memory, not committed: reload before going on
             self.errors.append(error)
+            self._discard_uncommitted()  # applied in memory, not committed
             raise
         self.last_batch_id = batch_id
         self.batches_applied += 1
@@ -655,6 +797,19 @@ class StreamingMaintainer:
         if self.on_batch is not None and self.batches_applied % self.callback_every == 0:
             self.on_batch(report)
         return report
+
+    def _bind_spark_query(self) -> None:
+        """Record the Spark query in a state that has none yet (an empty first micro-batch,
+        which Spark commits while the state stays at batch -1), so that a restart tells
+        this state from a fresh one (see :meth:`_check_spark_checkpoint`)."""
+        if self.distributed or self.last_batch_id >= 0 or self.meta.get("spark_query_id"):
+            return
+        query_id = self._spark_query_id()
+        if query_id is None:
+            return
+        meta = {**self.meta, "spark_query_id": query_id}
+        self.checkpoint.save_snapshot(self.maintainer, self.last_batch_id, meta)
+        self.meta = meta
 
     def _apply(
         self, batches: list[UpdateBatch], batch_id: int, parse_bad: Sequence[BadRow] = ()
@@ -758,6 +913,7 @@ class StreamingMaintainer:
                 mult[ok] = mult_values[ok]
         # missing values and fields of other relations, per feed and relation
         names = table.column_names
+        nullable = self._nullable()
         out: list[UpdateBatch] = []
         for f in np.unique(feed_ids):
             prefix = f"__f{int(f)}__"
@@ -771,6 +927,8 @@ class StreamingMaintainer:
                 for column in feed_columns:
                     nulls = pc.is_null(sub.column(prefix + column)).to_numpy(zero_copy_only=False)
                     wanted = column in cols
+                    if wanted and column in nullable.get(relation, ()):
+                        continue
                     offending = (nulls if wanted else ~nulls) & ok
                     text = (
                         f"missing value for column {column!r}"
@@ -817,7 +975,15 @@ class StreamingMaintainer:
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
         path = os.path.join(self.dead_letter_path, f"dead-{batch_id:012d}.parquet")
-        atomic_write(path, sink.getvalue().to_pybytes())
+        try:
+            atomic_write(path, sink.getvalue().to_pybytes())
+        except OSError as error:
+            raise OSError(
+                error.errno,
+                f"batch {batch_id}: cannot write its dead letters under dead_letter_path "
+                f"{self.dead_letter_path!r} ({error.strerror or error}); the batch was not "
+                "committed",
+            ) from error
 
     def dead_letters(self) -> pd.DataFrame:
         """All dead-lettered rows so far (batch_id, relation, column, reason, row)."""
@@ -873,6 +1039,107 @@ class _DistributedCheckpoint:
 
     def save_snapshot(self, maintainer, batch_id, meta=None) -> None:
         """Nothing to do (see :meth:`commit`)."""
+
+
+def _local_path(location: str) -> str | None:
+    """The local path of a location: a plain path, or a ``file:`` URI as Hadoop reads it
+    (``file:///tmp/ck``, ``file:/tmp/ck``); None for another scheme (``s3a://``, ...)."""
+    parsed = urlparse(location)
+    if not parsed.scheme:
+        return location
+    if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
+        return parsed.path  # Hadoop does not percent-decode a path given as text
+    return None
+
+
+class _SparkCheckpointFolder:
+    """What a stream needs to know of a Spark checkpoint location: its query id (the
+    ``metadata`` file; None while the location is new) and the batch ids Spark committed
+    (``commits/``).  A plain path or a ``file:`` URI is read directly; another scheme
+    through Spark's Hadoop file system (the session's JVM); when neither can read it,
+    ``readable`` is False and ``unreadable`` says why (the checks are then skipped, never
+    taken as a new checkpoint)."""
+
+    def __init__(self, location: str, spark: Any = None) -> None:
+        self.location = location
+        self.local = _local_path(location)
+        self._fs = None
+        self.unreadable: str | None = None
+        if self.local is None:
+            try:
+                jvm = spark._jvm
+                path = jvm.org.apache.hadoop.fs.Path(location)
+                self._fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
+                self._jvm = jvm
+            except Exception as error:  # noqa: BLE001 - Spark Connect, no file system, ...
+                java = getattr(error, "java_exception", None)  # Hadoop's own reason
+                text = str(java) if java is not None else f"{type(error).__name__}: {error}"
+                self.unreadable = text.splitlines()[0][:300]
+        self._query_id: str | None = None
+
+    @property
+    def readable(self) -> bool:
+        return self.unreadable is None
+
+    def query_id(self) -> str | None:
+        if self._query_id is None and self.readable:
+            line = self._first_line("metadata")
+            with contextlib.suppress(ValueError, AttributeError):
+                self._query_id = json.loads(line).get("id") if line else None
+        return self._query_id
+
+    def committed(self) -> list[int]:
+        names: list[str] = []
+        if self.local is not None:
+            folder = os.path.join(self.local, "commits")
+            names = os.listdir(folder) if os.path.isdir(folder) else []
+        elif self.readable:
+            path = self._jvm.org.apache.hadoop.fs.Path(self.location.rstrip("/") + "/commits")
+            if self._fs.exists(path):
+                names = [status.getPath().getName() for status in self._fs.listStatus(path)]
+        return sorted(int(name) for name in names if name.isdigit())
+
+    def _first_line(self, name: str) -> str | None:
+        if self.local is not None:
+            try:
+                with open(os.path.join(self.local, name)) as handle:
+                    return handle.readline()
+            except OSError:
+                return None
+        jvm = self._jvm
+        path = jvm.org.apache.hadoop.fs.Path(self.location.rstrip("/") + "/" + name)
+        if not self._fs.exists(path):
+            return None
+        reader = jvm.java.io.BufferedReader(
+            jvm.java.io.InputStreamReader(self._fs.open(path), "UTF-8")
+        )
+        try:
+            return reader.readLine()
+        finally:
+            reader.close()
+
+
+def naive_timestamps(table: pa.Table, time_zone: str | None = None) -> pa.Table:
+    """``table`` with its zoned timestamp columns (Spark ``timestamp`` values, instants that
+    Arrow holds in UTC) as naive wall-clock times in ``time_zone`` (default: each column's
+    own zone), which is what a SQL ``TIMESTAMP`` / a datetime64 column holds; ``date`` and
+    ``timestamp_ntz`` columns are naive already."""
+    for i, column_field in enumerate(table.schema):
+        kind = column_field.type
+        if not pa.types.is_timestamp(kind) or kind.tz is None:
+            continue
+        column = table.column(i)
+        try:
+            if time_zone and time_zone != kind.tz:
+                column = column.cast(pa.timestamp(kind.unit, tz=time_zone))
+            column = pc.local_timestamp(column)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+            raise ValueError(
+                f"column {column_field.name!r}: cannot show Spark timestamps in the time zone "
+                f"{time_zone or kind.tz!r} ({error})"
+            ) from error
+        table = table.set_column(i, column_field.name, column)
+    return table
 
 
 def _raw_row(table: pa.Table, i: int) -> dict[str, Any]:
@@ -955,8 +1222,19 @@ def write_change_file(
     mtime: float | None = None,
 ) -> str:
     """Publish ``frame`` as one complete feed file (temp file, then rename) with
-    modification time ``mtime`` (Spark's file source picks new files in mtime order)."""
+    modification time ``mtime`` (Spark's file source picks new files in mtime order).
+
+    What :class:`ChangeFeed` reads back exactly: CSV (RFC 4180, see :data:`CSV_OPTIONS`)
+    with every text value quoted (quotes doubled, newlines kept), NULL (None, NaN, NaT,
+    ``pd.NA``) as an empty unquoted field and the empty string as ``""``; JSON lines with
+    NULL as ``null``.  Floats are written as ``repr`` writes them (they read back to the
+    same double), dates as ``YYYY-MM-DD`` and timestamps as ISO text without a zone
+    offset (a zoned one keeps its offset); integer columns padded with NaN (e.g. by
+    ``pd.concat``) are written as integers.
+    """
     path = os.fspath(path)
+    if format not in ("csv", "json"):
+        raise ValueError(f"format must be 'csv' or 'json', got {format!r}")
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, "." + os.path.basename(path) + ".tmp")
@@ -968,16 +1246,79 @@ def write_change_file(
             if len(values) and np.all(np.isfinite(values)) and np.all(values == np.round(values)):
                 if np.all(np.abs(values) < 2**53):
                     frame[column] = data.astype("Int64")
-    if format == "csv":
-        frame.to_csv(tmp, index=False)
-    elif format == "json":
-        frame.to_json(tmp, orient="records", lines=True)
-    else:
-        raise ValueError(f"format must be 'csv' or 'json', got {format!r}")
+    names = [str(c) for c in frame.columns]
+    values = [_plain_values(frame.iloc[:, i], names[i], path) for i in range(len(names))]
+    with open(tmp, "w", encoding="utf-8", newline="") as handle:
+        if format == "csv":
+            handle.write(",".join(_csv_name(name) for name in names) + "\n")
+            for row in zip(*values, strict=True):
+                handle.write(",".join(_csv_field(v) for v in row) + "\n")
+        else:
+            for row in zip(*values, strict=True):
+                record = dict(zip(names, row, strict=True))
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     if mtime is not None:
         os.utime(tmp, (mtime, mtime))
     os.replace(tmp, path)
     return path
+
+
+def _plain_values(data: pd.Series, name: str, path: str) -> list[Any]:
+    """A column's values as plain Python objects for a feed file: None for NULL, int,
+    float, bool, str (dates and timestamps as ISO text)."""
+    null = data.isna().to_numpy(dtype=bool)
+    if data.dtype.kind == "M" or isinstance(data.dtype, pd.DatetimeTZDtype):
+        stamps = pd.DatetimeIndex(data)
+        days = stamps.tz is None and bool((stamps[~null] == stamps[~null].normalize()).all())
+        texts = stamps.strftime("%Y-%m-%d") if days else None
+        out: list[Any] = []
+        for i, stamp in enumerate(stamps):
+            if null[i]:
+                out.append(None)
+            elif days:
+                out.append(texts[i])
+            else:
+                out.append(stamp.isoformat())
+        return out
+    if data.dtype.kind in "iub" and not null.any():
+        return data.to_numpy().tolist()  # Python ints / bools, exact
+    out = []
+    for i, value in enumerate(data.astype(object).tolist()):
+        if null[i]:
+            out.append(None)
+            continue
+        if isinstance(value, np.generic):
+            value = value.item()
+        if isinstance(value, pd.Timestamp):
+            value = value.isoformat()
+        elif isinstance(value, datetime.datetime | datetime.date):
+            value = value.isoformat()
+        elif not isinstance(value, str | int | float | bool):
+            value = str(value)
+        if value == NULL_TOKEN:
+            raise ValueError(
+                f"{path}: column {name!r}, row {i}: the value {value!r} is what CSV feeds "
+                "read as NULL (see CSV_OPTIONS); it cannot be written"
+            )
+        out.append(value)
+    return out
+
+
+def _csv_name(name: str) -> str:
+    """A header field: quoted only when it must be."""
+    plain = name and name == name.strip() and not any(c in name for c in ',"\r\n')
+    return name if plain else _csv_field(name)
+
+
+def _csv_field(value: Any) -> str:
+    """One CSV field: NULL empty, text always quoted (RFC 4180: quotes doubled)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return '"' + value.replace('"', '""') + '"'
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
 
 
 def write_stream_files(
@@ -1018,6 +1359,10 @@ def write_stream_files(
         frames: dict[str | None, list[pd.DataFrame]] = {}
         for b in group:
             part = b.rows.copy()
+            for column in part.columns:  # exact when pd.concat pads them with NULLs
+                kind = part[column].dtype.kind
+                if kind in "iu":
+                    part[column] = part[column].astype("Int64" if kind == "i" else "UInt64")
             if op_column:
                 part.insert(
                     0, op_column, np.where(np.asarray(b.multiplicity) > 0, "insert", "delete")

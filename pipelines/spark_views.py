@@ -78,7 +78,8 @@ __all__ = ["DiffCallback", "StreamingViews", "spark_types_of_tables"]
 DiffCallback = Callable[[int, str, Any], object]
 
 _SPARK_TYPES = {
-    "int": "bigint", "float": "double", "str": "string", "date": "date", "bool": "boolean",
+    "int": "bigint", "float": "double", "str": "string", "bool": "boolean",
+    "DATE": "date", "TIMESTAMP": "timestamp_ntz",
 }  # fmt: skip
 _PENDING = "view_diffs"  # meta key: (batch id, {view: diff}) of the last committed batch
 _DELIVERED = "diffs-delivered.json"
@@ -89,7 +90,13 @@ def spark_types_of_tables(database: Any, tables: Sequence[str] | None = None) ->
     """Spark SQL types of the columns of a :class:`ringml.sql.Database`'s (or catalog's)
     tables, for a :class:`ChangeFeed` schema: the union over ``tables`` (default: all) for a
     tagged feed, or one table's columns.  A column name two tables type differently is
-    refused (feed those tables separately)."""
+    refused (feed those tables separately).
+
+    A ``DATE`` column is a Spark ``date``; a ``TIMESTAMP`` one (or a table's date column of
+    unknown declaration) a ``timestamp_ntz``: the wall-clock time as written, whatever the
+    session time zone.  (A feed may read it as a Spark ``timestamp`` instead, an instant:
+    it reaches the database as the naive time in the session time zone, see
+    :attr:`~ringml.pipelines.spark_stream.StreamingMaintainer.time_zone`.)"""
     catalog = getattr(database, "catalog", database)
     names = list(catalog) if tables is None else [catalog.table(t).name for t in tables]
     out: dict[str, str] = {}
@@ -97,6 +104,8 @@ def spark_types_of_tables(database: Any, tables: Sequence[str] | None = None) ->
     for name in names:
         schema = catalog.table(name)
         for column, kind in zip(schema.columns, schema.types, strict=True):
+            if kind == "date":
+                kind = schema.sql_type(column)
             spark_type = _SPARK_TYPES[kind]
             if out.setdefault(column, spark_type) != spark_type:
                 raise SchemaError(
@@ -160,11 +169,13 @@ class StreamingViews(StreamingMaintainer):
     def result(self) -> dict[str, pd.DataFrame]:
         """Every view's rows as of the last committed batch (safe while streaming)."""
         with self.lock:
+            self._committed()
             return {name: view.to_pandas() for name, view in self.maintainer.views.items()}
 
     def view(self, name: str) -> pd.DataFrame:
         """One view's rows as of the last committed batch (safe while streaming)."""
         with self.lock:
+            self._committed()
             return self.maintainer.view(name).to_pandas()
 
     def diffs(self, view: str) -> pd.DataFrame:
@@ -212,6 +223,10 @@ class StreamingViews(StreamingMaintainer):
     # ------------------------------------------------------------------ hooks
     def _relations(self) -> Mapping[str, Sequence[str]]:
         return {name: list(s.columns) for name, s in self.maintainer.tables.items()}
+
+    def _nullable(self) -> Mapping[str, Sequence[str]]:
+        """A table's columns declared ``NULL`` take NULLs (an empty CSV field, JSON null)."""
+        return {name: s.nullable for name, s in self.maintainer.tables.items() if s.nullable}
 
     def _adopt(self, restored):
         if restored is not self.maintainer:

@@ -11,11 +11,15 @@ letters, replay detection and the checkpoint are the streaming maintainer's; wha
 * **event time and the watermark.**  A stream table's rows carry its event-time column in
   the feed (a relation's columns may omit it).  The watermark is Spark's: the largest
   event time seen in the batches before minus the stream's ``lateness`` (for a feed whose
-  event-time column is a Spark ``timestamp`` and a lateness given as a duration, the feed is
-  read with ``DataFrame.withWatermark(column, lateness)``, so Spark's progress reports show
-  the same watermark, ``query.lastProgress["eventTime"]["watermark"]``).  It is computed
-  from the applied rows and kept in the state, so a restart resumes it exactly (Spark's
-  own figure lags by one batch after a replayed batch, which is skipped without being read);
+  event-time column is a Spark ``timestamp``, ``timestamp_ntz`` or ``date`` -- a SQL
+  ``TIMESTAMP`` or ``DATE`` of a :class:`ringml.sql.StreamDatabase`, see
+  :func:`~ringml.pipelines.spark_views.spark_types_of_tables` -- and a lateness given as a
+  duration, the feed is read with ``DataFrame.withWatermark(column, lateness)``, so Spark's
+  progress reports show the same watermark, ``query.lastProgress["eventTime"]["watermark"]``;
+  Spark watermarks ``timestamp`` columns only, so the others through a copy cast to one).
+  It is computed from the applied rows and kept in the state, so a restart resumes it
+  exactly (Spark's own figure lags by one batch after a replayed batch, which is skipped
+  without being read);
 * **late events** (behind the watermark when their micro-batch starts): with
   ``on_error="reject"`` the batch raises :class:`~ringml.pipelines.spark_stream.FeedError`
   and nothing changes (the stream must have ``late="reject"``); with
@@ -60,7 +64,7 @@ import pandas as pd
 
 from ringml import Maintainer, UpdateBatch
 from ringml.errors import InputTypeError
-from ringml.windows import WindowedStream
+from ringml.windows import WindowedStream, _as_times
 
 from .spark_checkpoint import (
     CheckpointError,
@@ -84,6 +88,7 @@ __all__ = [
 ]
 
 _KIND = "windows"
+_EVENT_TIME = "__ringml_event_time"  # a non-timestamp event time, cast for the watermark
 _FORMAT = 1
 
 
@@ -263,12 +268,14 @@ class StreamingWindows(StreamingMaintainer):
     def watermark(self) -> Any:
         """The watermark as of the last committed batch (safe while streaming)."""
         with self.lock:
+            self._committed()
             return self.maintainer.watermark
 
     def result(self) -> Any:
         """The first target's result as of the last committed batch (a maintainer's root
         payload, ...; safe while streaming)."""
         with self.lock:
+            self._committed()
             return self.maintainer.targets[0].result()
 
     # ------------------------------------------------------------------ hooks
@@ -298,8 +305,12 @@ class StreamingWindows(StreamingMaintainer):
         return self.maintainer
 
     def _feed_frame(self, frame, feed: ChangeFeed, index: int):
-        """Spark's watermark on the feed's event-time column (a timestamp, with a lateness
-        given as a duration)."""
+        """Spark's watermark on the feed's event-time column (a lateness given as a
+        duration).  Spark watermarks only ``timestamp`` columns: a ``timestamp_ntz`` or
+        ``date`` event time is watermarked through a copy cast to ``timestamp`` (in the
+        session time zone; the column the stream reads is left as it is)."""
+        from pyspark.sql import functions as F
+
         stream = self.maintainer
         if not isinstance(stream.lateness, pd.Timedelta):
             return frame
@@ -309,10 +320,15 @@ class StreamingWindows(StreamingMaintainer):
             for name, spec in stream.tables.items()
             if feed.relation is None or feed.relation == (spec.source or name)
         }
+        delay = spark_interval(stream.lateness)
         for column in sorted(columns):
-            if types.get(column, "").startswith("timestamp"):
-                delay = spark_interval(stream.lateness)
+            kind = types.get(column, "")
+            if kind in ("timestamp", "timestamp_ltz"):
                 return frame.withWatermark(_prefixed(index, column), delay)
+            if kind in ("timestamp_ntz", "date"):
+                event = F.col(f"`{_prefixed(index, column)}`").cast("timestamp")
+                frame = frame.withColumn(_EVENT_TIME, event)
+                return frame.withWatermark(_EVENT_TIME, delay)
         return frame
 
     def _apply(
@@ -352,15 +368,23 @@ class StreamingWindows(StreamingMaintainer):
 
 
 def _behind(values: pd.Series, watermark: Any) -> np.ndarray:
-    """Which event times are behind ``watermark`` (the windowed stream's rule, ``t < w``)."""
-    if isinstance(watermark, pd.Timestamp):
-        times = pd.to_datetime(values)
-        if getattr(times.dt, "tz", None) is not None:
-            times = times.dt.tz_convert("UTC").dt.tz_localize(None)
-        return (times < watermark).to_numpy()
+    """Which event times are behind ``watermark`` (the windowed stream's rule, ``t < w``);
+    the watermark is ``-inf`` (nothing is behind it) before the first event, whatever the
+    event times' type (numbers, timestamps, dates, durations)."""
     if isinstance(watermark, pd.Timedelta):  # durations as event times
         return (pd.to_timedelta(values) < watermark).to_numpy()
-    return pd.to_numeric(values).to_numpy(np.float64) < float(watermark)
+    if not isinstance(watermark, pd.Timestamp):
+        if float(watermark) == -math.inf:
+            return np.zeros(len(values), dtype=bool)
+        return pd.to_numeric(values).to_numpy(np.float64) < float(watermark)
+    if values.dtype == object:
+        found = _as_times(values)  # dates, datetimes or ISO texts, as the stream reads
+        times = pd.to_datetime(values) if found is None else found[0]
+    else:
+        times = pd.to_datetime(values)
+    if getattr(times.dt, "tz", None) is not None:
+        times = times.dt.tz_convert("UTC").dt.tz_localize(None)
+    return (times < watermark).to_numpy()
 
 
 def _show(value: Any) -> str:

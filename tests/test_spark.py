@@ -112,10 +112,10 @@ def test_restart_from_checkpoint_applies_every_batch_once(spark, housing, tmp_pa
             op_column=None, mult_column="mult",
         )  # fmt: skip
 
-    def pipeline(on_batch=None) -> StreamingMaintainer:  # a fresh driver each time
+    def pipeline(on_batch=None, state="state") -> StreamingMaintainer:  # a fresh driver
         return StreamingMaintainer(
             rm.Maintainer(rm.covariance_query(housing.schemas)),
-            tmp_path / "state",
+            tmp_path / state,
             on_batch=on_batch,
             snapshot_every=2,  # exercise the log replay on restart too
         )
@@ -144,7 +144,8 @@ def test_restart_from_checkpoint_applies_every_batch_once(spark, housing, tmp_pa
 
     sm3 = pipeline()
     assert sm3.last_batch_id == crash_at  # restored from snapshot + log
-    sm3.start(spark, feeds, ck, trigger={"availableNow": True}).awaitTermination()
+    uri = f"file://{ck}"  # the same checkpoint as a URI: recognized as the state's
+    sm3.start(spark, feeds, uri, trigger={"availableNow": True}).awaitTermination()
     assert sm3.replays_skipped == [crash_at]
     assert sm3.last_batch_id == rounds - 1
     applied = sum(r.applied for sm in (sm1, sm2, sm3) for r in sm.reports)
@@ -159,6 +160,9 @@ def test_restart_from_checkpoint_applies_every_batch_once(spark, housing, tmp_pa
     # the state refuses a Spark checkpoint it does not belong to
     with pytest.raises(CheckpointError, match="Spark checkpoint"):
         pipeline().start(spark, feeds, str(tmp_path / "other-ck"))
+    # a fresh state would silently miss the batches this checkpoint has committed
+    with pytest.raises(CheckpointError, match=rf"fresh-state is fresh.*{ck}.* up to {rounds - 1}"):
+        pipeline(state="fresh-state").start(spark, feeds, ck)
 
 
 def test_malformed_rows_reject_or_dead_letter(spark, housing, tmp_path):

@@ -406,3 +406,104 @@ def test_crash_and_restart_mid_stream_ends_in_the_uninterrupted_state(spark, tmp
         last.setdefault(b, {})[v] = d
     assert_diffs_match(last, expected)
     assert [(b, v) for b, v, _ in log].count((3, "big")) == 1  # redelivered once, at start
+
+
+def test_feed_types_keep_date_and_timestamp_apart():
+    db = sql.Database(
+        "CREATE TABLE E (id BIGINT, ts TIMESTAMP, d DATE, dt DATETIME NULL, n DATE NULL)"
+    )
+    schema = db.catalog.table("E")
+    assert [schema.sql_type(c) for c in schema.columns] == [
+        "BIGINT", "TIMESTAMP", "DATE", "TIMESTAMP", "DATE",
+    ]  # fmt: skip
+    assert schema.declared("dt") == "dt TIMESTAMP NULL" and schema.dates == ("d", "n")
+    assert spark_types_of_tables(db) == {
+        "id": "bigint", "ts": "timestamp_ntz", "d": "date", "dt": "timestamp_ntz", "n": "date",
+    }  # fmt: skip
+    mapping = sql.Catalog({"M": {"a": "DATE NULL", "b": "timestamp", "c": "date"}})
+    assert spark_types_of_tables(mapping) == {"a": "date", "b": "timestamp_ntz", "c": "date"}
+    # a windowed view's hidden table keeps the declarations of its stream table
+    sdb = sql.StreamDatabase(lateness="1 MINUTE")
+    sdb.create_stream_table("CREATE TABLE S (ts TIMESTAMP, day DATE, v DOUBLE)", "ts", "1 MINUTE")
+    sdb.create_view("w", "SELECT day, SUM(v) AS t FROM S GROUP BY day", window="RANGE 5 MINUTES")
+    for name in sdb.database.catalog:
+        assert spark_types_of_tables(sdb.database, [name])["ts"] == "timestamp_ntz", name
+        assert spark_types_of_tables(sdb.database, [name])["day"] == "date", name
+
+
+@pytest.mark.spark
+def test_csv_and_json_feeds_read_back_exactly_what_was_written(spark, tmp_path):
+    """Text with quotes, newlines, commas, the empty string and NULL; a multiplicity column
+    last; TIMESTAMP and DATE columns (as ``spark_types_of_tables`` types them, and as a
+    Spark ``timestamp``); JSON floats and dates: one query over five feeds.  Then a CSV
+    file whose header does not match its feed's schema stops the next query, naming it."""
+    db = sql.Database(
+        """CREATE TABLE K (k TEXT NULL, n BIGINT);
+           CREATE TABLE M (k BIGINT, v BIGINT);
+           CREATE TABLE E (id BIGINT, ts TIMESTAMP, d DATE);
+           CREATE TABLE Z (id BIGINT, ts TIMESTAMP);
+           CREATE TABLE T (k BIGINT, x DOUBLE, d DATE, ts TIMESTAMP)"""
+    )
+    db.create_view("after_noon", "SELECT id FROM E WHERE ts > TIMESTAMP '2024-01-01 12:00:00'")
+    keys = ['say "hi"', "two\nlines", "", "a,b", None, ' pad "\n"" ']
+    write_change_file(
+        tmp_path / "K" / "p.csv", pd.DataFrame({"op": "insert", "k": keys, "n": range(6)})
+    )
+    write_change_file(
+        tmp_path / "M" / "p.csv", pd.DataFrame({"k": [10, 20, 30], "v": [7, 8, 9], "mult": 1})
+    )
+    times = ["2024-01-01 10:30:00", "2024-01-01T23:59:59.5"]
+    days = [datetime.date(2024, 5, 17), datetime.date(2024, 2, 29)]
+    e = pd.DataFrame({"op": "insert", "id": [1, 2], "ts": times, "d": days})
+    write_change_file(tmp_path / "E" / "p.csv", e)
+    write_change_file(tmp_path / "Z" / "p.csv", e[["op", "id", "ts"]])
+    x = [0.1234567890123, 1 / 3, 2.0**-1074]
+    t = pd.DataFrame(
+        {"op": "insert", "k": [1, 2, 3], "x": x, "d": days + [datetime.date(1999, 12, 31)],
+         "ts": pd.to_datetime(times + ["2024-03-01"], format="ISO8601")}
+    )  # fmt: skip
+    write_change_file(tmp_path / "T" / "p.json", t, format="json")
+    feeds = [
+        ChangeFeed(str(tmp_path / "K"), spark_types_of_tables(db, ["K"]), relation="K"),
+        ChangeFeed(str(tmp_path / "M"), "k bigint, v bigint, mult bigint", relation="M",
+                   op_column=None, mult_column="mult"),
+        ChangeFeed(str(tmp_path / "E"), spark_types_of_tables(db, ["E"]), relation="E"),
+        ChangeFeed(str(tmp_path / "Z"), {"id": "bigint", "ts": "timestamp"}, relation="Z"),
+        ChangeFeed(str(tmp_path / "T"), spark_types_of_tables(db, ["T"]), relation="T",
+                   format="json"),
+    ]  # fmt: skip
+
+    def pipeline() -> StreamingViews:
+        return StreamingViews(db, tmp_path / "state", on_error="dead_letter",
+                              dead_letter_path=tmp_path / "dead")  # fmt: skip
+
+    sv = pipeline()
+    sv.start(spark, feeds, str(tmp_path / "ck"), trigger={"availableNow": True}).awaitTermination()
+    assert sv.dead_letters().empty, sv.dead_letters().to_dict("records")
+    k = db.table("K").sort_values("n")
+    assert k.k.tolist()[:4] == keys[:4] and k.k.tolist()[5] == keys[5]
+    assert k.k.isna().tolist() == [False] * 4 + [True, False]  # NULL is not ''
+    assert sorted(map(tuple, db.table("M").to_numpy().tolist())) == [(10, 7), (20, 8), (30, 9)]
+    stamps = list(pd.to_datetime(times, format="ISO8601"))
+    got = db.table("E").sort_values("id")
+    assert got.ts.tolist() == stamps and got.d.tolist() == list(pd.to_datetime(days))
+    assert sv.view("after_noon").id.tolist() == [2]
+    assert db.table("Z").sort_values("id").ts.tolist() == stamps  # UTC session: same clock
+    got = db.table("T").sort_values("k")
+    assert got.x.tolist() == x  # exactly
+    assert got.d.tolist() == list(pd.to_datetime(t.d)) and got.ts.tolist() == t.ts.tolist()
+    last = sv.last_batch_id
+
+    # the same columns in another order: refused by name, never read shifted
+    write_change_file(
+        tmp_path / "M" / "q.csv", pd.DataFrame({"mult": [1], "k": [40], "v": [5]}), mtime=2e9
+    )
+    sv = pipeline()
+    query = sv.start(spark, feeds, str(tmp_path / "ck"), trigger={"availableNow": True})
+    with pytest.raises(Exception, match=r"q\.csv: its header does not match"):
+        query.awaitTermination()
+    error = sv.errors[-1]
+    assert isinstance(error, FeedError) and error.batch_id == last + 1
+    assert error.bad_rows[0].relation == "M" and error.bad_rows[0].column == "k"
+    assert "Header: mult, k, v" in str(error) and "Schema: k, v, mult" in str(error)
+    assert sv.last_batch_id == last and len(db.table("M")) == 3

@@ -330,3 +330,108 @@ def test_sql_windowed_views_through_the_stream_restart_exactly_once(tmp_path):
         np.testing.assert_allclose(got["total"], expected["total"], rtol=1e-12)
         assert got["n"].tolist() == expected["n"].tolist()
     assert len(sw.dead_letters()) == late_rows
+
+
+def _readme_sql_stream(kind: str):
+    """README's SQL window example with a ``TIMESTAMP`` (minutes) or ``DATE`` (days) event
+    time: the worst loss, and the count, per region over the window."""
+    from ringml.sql import StreamDatabase
+
+    unit = "MINUTE" if kind == "TIMESTAMP" else "DAY"
+    lateness = "30s" if kind == "TIMESTAMP" else "1 DAY"
+    sdb = StreamDatabase("CREATE TABLE D (src TEXT, region TEXT)", lateness=lateness,
+                         late="dead_letter")  # fmt: skip
+    sdb.create_stream_table(f"CREATE TABLE S (ts {kind}, src TEXT, loss DOUBLE)", "ts", f"1 {unit}")
+    sdb.create_view(
+        "worst",
+        "SELECT region, MAX(loss) AS m, COUNT(*) AS n FROM S JOIN D USING (src) GROUP BY region",
+        window=f"RANGE 10 {unit}S",
+    )
+    sdb.insert("D", pd.DataFrame({"src": ["a", "b"], "region": ["n", "s"]}))
+    return sdb
+
+
+# (event time as written, src, loss) per micro-batch; the last row of batch 1 is late
+_MINUTES = [
+    [("2024-01-01 10:00:05", "a", 0.5), ("2024-01-01T10:07:00", "b", 0.25)],
+    [("2024-01-01 10:20:00", "a", 0.125), ("2024-01-01 10:21:00", "b", 0.75),
+     ("2024-01-01 10:05:00", "a", 9.0)],
+]  # fmt: skip
+_DAYS = [
+    [("2024-01-01", "a", 0.5), ("2024-01-02", "b", 0.25)],
+    [("2024-01-15", "a", 0.125), ("2024-01-16", "b", 0.75), ("2023-12-31", "a", 9.0)],
+]
+# after batch 1: the watermark, and the view (the rows of batch 0 left the window)
+_EXPECTED = {
+    "TIMESTAMP": (pd.Timestamp("2024-01-01 10:20:30"), {"n": (0.125, 1), "s": (0.75, 1)}),
+    "DATE": (pd.Timestamp("2024-01-15"), {"n": (0.125, 1), "s": (0.75, 1)}),
+}
+
+
+def _check_readme_stream(kind, sdb, sw) -> None:
+    watermark, view = _EXPECTED[kind]
+    assert sw.last_batch_id == 1 and sw.watermark == watermark
+    got = sdb.view("worst").to_pandas().sort_values("region")
+    assert {r.region: (r.m, r.n) for r in got.itertuples()} == view
+    dead = sw.dead_letters()
+    assert len(dead) == 1 and dead.batch_id.tolist() == [1]
+    assert "behind the watermark" in dead.reason[0] and '"loss": 9.0' in dead.row[0]
+
+
+@pytest.mark.parametrize("kind", ["TIMESTAMP", "DATE"])
+def test_sql_date_and_timestamp_event_times_through_the_stream(tmp_path, kind):
+    """Micro-batches as Spark hands them over: a DATE event time as Arrow dates, a
+    TIMESTAMP one as zoned instants (a Spark ``timestamp``)."""
+    sdb = _readme_sql_stream(kind)
+    sw = StreamingWindows(sdb.stream, tmp_path / "s", on_error="dead_letter",
+                          dead_letter_path=tmp_path / "d")  # fmt: skip
+    for batch_id, rows in enumerate(_MINUTES if kind == "TIMESTAMP" else _DAYS):
+        times = pd.to_datetime([r[0] for r in rows], format="ISO8601")
+        if kind == "DATE":
+            ts = pa.array([t.date() for t in times], pa.date32())
+        else:
+            ts = pa.array(times.tz_localize("UTC"), pa.timestamp("us", "UTC"))
+        n = len(rows)
+        table = pa.table(
+            {
+                "__ringml_feed": pa.array([0] * n, pa.int32()),
+                "__ringml_relation": ["S"] * n,
+                "__ringml_op": ["insert"] * n,
+                "__ringml_mult": pa.array([None] * n, pa.int64()),
+                "__ringml_corrupt": pa.array([None] * n, pa.string()),
+                "__f0__ts": ts,
+                "__f0__src": [r[1] for r in rows],
+                "__f0__loss": [r[2] for r in rows],
+            }
+        )
+        sw.process_batch(table, batch_id)
+    _check_readme_stream(kind, sdb, sw)
+
+
+@pytest.mark.spark
+def test_readme_sql_window_example_streams_timestamps_and_dates(spark, tmp_path):
+    """README's StreamDatabase example through Spark, its feed typed by
+    ``spark_types_of_tables`` (TIMESTAMP: ``timestamp_ntz``, DATE: ``date``): Spark
+    watermarks the event time (a copy cast to ``timestamp``) and the late row is a dead
+    letter."""
+    from ringml.pipelines.spark_views import spark_types_of_tables
+
+    for kind, batches in (("TIMESTAMP", _MINUTES), ("DATE", _DAYS)):
+        folder = tmp_path / kind
+        sdb = _readme_sql_stream(kind)
+        types = spark_types_of_tables(sdb.database, ["S"])
+        assert types["ts"] == ("timestamp_ntz" if kind == "TIMESTAMP" else "date")
+        for i, rows in enumerate(batches):
+            frame = pd.DataFrame(rows, columns=["ts", "src", "loss"])
+            frame.insert(0, "op", "insert")
+            write_change_file(folder / "feed" / f"p{i}.csv", frame, mtime=1e9 + i)
+        sw = StreamingWindows(sdb.stream, folder / "state", on_error="dead_letter",
+                              dead_letter_path=folder / "dead")  # fmt: skip
+        feed = ChangeFeed(str(folder / "feed"), types, relation="S", max_files_per_trigger=1)
+        query = sw.start(spark, feed, str(folder / "ck"), trigger={"availableNow": True})
+        query.awaitTermination()
+        _check_readme_stream(kind, sdb, sw)
+        # Spark's watermark at batch 1 is ours after batch 0 (see the test above)
+        marks = [p["eventTime"].get("watermark") for p in query.recentProgress]
+        after_first = {"TIMESTAMP": "2024-01-01 10:06:30", "DATE": "2024-01-01"}[kind]
+        assert pd.Timestamp(marks[-1]).tz_convert(None) == pd.Timestamp(after_first), marks

@@ -3,7 +3,8 @@ type check that turns a batch of rows into typed numpy columns.
 
 Column types are five kinds: ``int`` (INTEGER, BIGINT, ... -> int64), ``float`` (DOUBLE,
 REAL, DECIMAL, NUMERIC -> float64), ``str`` (VARCHAR, TEXT, CHAR -> Python strings),
-``date`` (DATE, TIMESTAMP -> datetime64[ns]) and ``bool`` (BOOLEAN).  A column is NOT NULL
+``date`` (DATE, TIMESTAMP -> datetime64[ns]; which of the two a column was declared is kept,
+:meth:`TableSchema.sql_type`) and ``bool`` (BOOLEAN).  A column is NOT NULL
 unless declared ``NULL`` (``x BIGINT NULL`` in DDL, the type ``"BIGINT NULL"`` in a
 mapping): a batch holding None/NaN/``pd.NA``/NaT in a NOT NULL column is rejected; in a
 nullable column those are NULL, and the column is typed as ``(values, null)`` -- the
@@ -73,6 +74,17 @@ _TYPE_NAMES = {
 }
 _KIND_OF = {name: kind for kind, names in _TYPE_NAMES.items() for name in names}
 SQL_NAME = {"int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR", "date": "DATE", "bool": "BOOLEAN"}
+#: the type names of the ``date`` kind whose values are whole days (the others, TIMESTAMP,
+#: DATETIME, ..., keep a time of day)
+DAY_TYPES = ("DATE", "DATE32")
+
+
+def is_day_type(name: str) -> bool:
+    """Whether a column type name (``DATE``, ``date NULL``, ...) declares whole days."""
+    words = name.split()
+    while words and words[-1].upper() in ("NULL", "NOT"):
+        words.pop()
+    return " ".join(words).upper().split("(")[0].strip() in DAY_TYPES
 
 
 def type_spec(name: str) -> tuple[str, bool]:
@@ -109,13 +121,16 @@ def type_kind(name: str) -> str:
 class TableSchema:
     """A table: its name, column names and their kinds, and its primary key columns
     (``()``: none declared); ``nullable``: the columns that may hold NULL (declared ``NULL``,
-    or a view's read as a table by a query); no key column is nullable."""
+    or a view's read as a table by a query); no key column is nullable.  ``dates``: the
+    ``date``-kind columns declared ``DATE`` (whole days); the others were declared
+    ``TIMESTAMP`` (or are a view's, which may hold a time of day), see :meth:`sql_type`."""
 
     name: str
     columns: tuple[str, ...]
     types: tuple[str, ...]
     key: tuple[str, ...] = ()
     nullable: tuple[str, ...] = ()
+    dates: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.columns:
@@ -133,6 +148,9 @@ class TableSchema:
                 )
         if len(set(self.key)) != len(self.key):
             raise SqlNameError(f"table {self.name!r}: the primary key repeats a column")
+        for column in self.dates:
+            if column not in self.columns or self.type_of(column) != "date":
+                raise SqlTypeError(f"table {self.name!r}: {column!r} is not a DATE column")
         for column in self.nullable:
             if column not in self.columns:
                 raise SqlNameError(
@@ -149,6 +167,14 @@ class TableSchema:
 
     def type_of(self, column: str) -> str:
         return self.types[self.columns.index(column)]
+
+    def sql_type(self, column: str) -> str:
+        """A column's SQL type: ``BIGINT``, ``DOUBLE``, ``VARCHAR``, ``BOOLEAN``, and for the
+        ``date`` kind ``DATE`` (declared so) or ``TIMESTAMP``."""
+        kind = self.type_of(column)
+        if kind == "date":
+            return "DATE" if column in self.dates else "TIMESTAMP"
+        return SQL_NAME[kind]
 
     def find(self, column: str) -> str | None:
         """The declared name of ``column`` (exact, else case-insensitive), or None."""
@@ -202,8 +228,7 @@ class TableSchema:
 
     def declared(self, column: str) -> str:
         """A column's declaration as DDL writes it (``x BIGINT NULL``)."""
-        kind = self.type_of(column)
-        return f"{column} {SQL_NAME[kind]}{' NULL' if column in self.nullable else ''}"
+        return f"{column} {self.sql_type(column)}{' NULL' if column in self.nullable else ''}"
 
 
 def typed_frame(schema: TableSchema, columns: Mapping[str, object]) -> pd.DataFrame:
@@ -577,7 +602,12 @@ def _schema_from(name: object, columns: object) -> TableSchema:
         tuple(c for c, _ in pairs),
         tuple(kind for kind, _ in specs),
         nullable=tuple(c for (c, _), (_, null) in zip(pairs, specs, strict=True) if null),
+        dates=tuple(c for (c, t), (k, _) in zip(pairs, specs, strict=True) if _day(k, t)),
     )
+
+
+def _day(kind: str, name: str) -> bool:
+    return kind == "date" and is_day_type(name)
 
 
 def parse_ddl(text: str) -> list[TableSchema]:
@@ -606,6 +636,7 @@ def parse_ddl(text: str) -> list[TableSchema]:
                 "CREATE TABLE AS",
             )
         columns = []
+        dates: list[str] = []
         nullable: list[str] = []
         key: list[str] = []
         keys_declared = 0
@@ -627,6 +658,8 @@ def parse_ddl(text: str) -> list[TableSchema]:
                 columns.append((definition.name, type_kind(type_name)))
             except SqlError as error:
                 raise SqlTypeError(str(error), _start(text, definition), type_name) from None
+            if _day(columns[-1][1], type_name):
+                dates.append(definition.name)
             constraints = definition.args.get("constraints") or []
             if any(
                 isinstance(c.args.get("kind"), exp.PrimaryKeyColumnConstraint) for c in constraints
@@ -681,6 +714,7 @@ def parse_ddl(text: str) -> list[TableSchema]:
                 tuple(k for _, k in columns),
                 tuple(resolved),
                 tuple(nullable),
+                tuple(dates),
             )
         )
     return schemas

@@ -35,7 +35,7 @@ import pandas as pd
 from ..batch import UpdateBatch, as_frame
 from ..errors import BatchError, InputTypeError
 from ..windows import Duration, StreamTable, Window, WindowedStream
-from .catalog import SQL_NAME, Catalog, TableSchema, parse_ddl
+from .catalog import Catalog, TableSchema, parse_ddl
 from .compiler import compile_view
 from .errors import SqlNameError, SqlSemanticError
 from .parse import DIALECT, parse_select
@@ -150,7 +150,12 @@ class StreamDatabase:
                     hidden = self._new_name(schema.name, parsed, staged)
                     staged.add(
                         TableSchema(
-                            hidden, schema.columns, schema.types, schema.key, schema.nullable
+                            hidden,
+                            schema.columns,
+                            schema.types,
+                            schema.key,
+                            schema.nullable,
+                            schema.dates,
                         )
                     )
                 base = self._streams[schema.name]
@@ -285,8 +290,8 @@ class StreamDatabase:
 
 def _ddl(name: str, schema: TableSchema) -> str:
     columns = [
-        f'"{c}" {SQL_NAME[t]}{" NULL" if c in schema.nullable else ""}'
-        for c, t in zip(schema.columns, schema.types, strict=True)
+        f'"{c}" {schema.sql_type(c)}{" NULL" if c in schema.nullable else ""}'
+        for c in schema.columns
     ]
     if schema.key:
         columns.append("PRIMARY KEY (" + ", ".join(f'"{c}"' for c in schema.key) + ")")
