@@ -113,10 +113,11 @@ def _rounds_in_float(value) -> bool:
 
 
 def exact_column(values):
-    """A list column mixing ints and other numbers as objects when pandas would make floats
-    of it that round its ints; the values as they are otherwise."""
+    """A list column mixing ints with anything else (floats, None, NaN, ``pd.NA``) as
+    objects when pandas would make floats of it that round its ints; the values as they
+    are otherwise."""
     if isinstance(values, list | tuple) and any(map(_rounds_in_float, values)):
-        if any(isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral) for v in values):
+        if not all(isinstance(v, numbers.Integral) for v in values):
             array = np.empty(len(values), dtype=object)
             array[:] = values
             return array
@@ -138,7 +139,7 @@ def as_frame(rows: object, relation: str = "?") -> pd.DataFrame:
         )
     arrow = _arrow_table(rows)
     if arrow is not None:
-        return arrow.to_pandas()
+        return _arrow_frame(arrow)
     if isinstance(rows, Mapping):
         for column, values in rows.items():
             if isinstance(values, str | bytes) or (
@@ -157,6 +158,18 @@ def as_frame(rows: object, relation: str = "?") -> pd.DataFrame:
             f"relation {relation!r}: rows must be {_ROWS_EXPECTED}; got "
             f"{type(rows).__name__} {rows!r:.80} ({error})"
         ) from None
+
+
+def _arrow_frame(arrow) -> pd.DataFrame:
+    """An Arrow table as a DataFrame; an integer column with nulls becomes a nullable
+    ``Int64`` one (``to_pandas`` makes floats of it, rounding ints beyond 2**53)."""
+    import pyarrow as pa
+
+    frame = arrow.to_pandas()
+    for name, column in zip(arrow.column_names, arrow.columns, strict=True):
+        if pa.types.is_integer(column.type) and column.null_count:
+            frame[name] = column.to_pandas(types_mapper={column.type: pd.Int64Dtype()}.get)
+    return frame
 
 
 def _arrow_table(rows: object):

@@ -57,6 +57,11 @@ def group_sum(values: np.ndarray | None, groups: np.ndarray | None, n_groups: in
         return None
     if groups is None:
         return np.asarray([int(values.sum())], dtype=np.int64)
+    if len(values) and float(np.abs(values).max()) * len(values) >= 2.0**53:
+        # rare (huge multiplicities): float weights would round; sum in int64
+        out = np.zeros(n_groups, dtype=np.int64)
+        np.add.at(out, groups, values)
+        return out
     return np.bincount(groups, weights=values, minlength=n_groups).astype(np.int64)
 
 

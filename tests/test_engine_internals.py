@@ -473,3 +473,23 @@ def test_decode_refuses_codes_it_has_no_value_for():
     for codes in ([-1], m.codes_of("A", ["carol"]), [7]):
         with pytest.raises(KeyError, match="variable 'A' has no value of code"):
             m.decode("A", codes)
+
+
+@pytest.mark.parametrize("strategy", ["fivm", "first_order", "higher_order", "recompute"])
+def test_derivation_counts_beyond_2_53_are_exact(strategy):
+    """Per-group support counts were summed with float weights: 2**60 + 1 + 2 counted
+    2**60, so deleting the rows left a group of count -3 (or dropped a live one)."""
+    from ringml.rings import IntegerRing
+
+    from ringml.batch import UpdateBatch
+    from ringml.query import Query
+
+    m = Maintainer(
+        Query({"R": ["A", "B"], "S": ["B"]}, IntegerRing(), free=["A"]), strategy=strategy
+    )
+    m.insert("S", pd.DataFrame({"B": [1]}))
+    rows = pd.DataFrame({"A": [1, 1], "B": [1, 1]})
+    m.apply(UpdateBatch("R", rows, [2**60 + 1, 2]))
+    assert m.groups().support.tolist() == [2**60 + 3] and m.result() == {(1,): 2**60 + 3}
+    m.apply(UpdateBatch("R", rows, [-(2**60 + 1), -2]))
+    assert m.result() == {} and len(m.groups()) == 0

@@ -567,3 +567,38 @@ def test_a_bad_value_in_a_nullable_column_is_named_by_its_row():
         False,
         True,
     ]
+
+
+@pytest.mark.parametrize("values", [[2.0**63, np.nan], [1e300, np.nan], [-(2.0**64)]])
+def test_a_float_beyond_bigint_is_refused_not_wrapped(values):
+    """numpy casts such a float to -2**63: it was stored (and summed) as that."""
+    db = Database("CREATE TABLE R (a BIGINT NULL)")
+    view = db.create_view("v", "SELECT SUM(a) AS s FROM R")
+    with pytest.raises(BatchError, match="does not fit in BIGINT"):
+        db.insert("R", pd.DataFrame({"a": values}))
+    assert len(db.table("R")) == 0 and view.to_pandas()["s"].isna().all()
+
+
+def test_big_integers_beside_nulls_stay_exact_on_every_input_path():
+    """A column of a big int and None became float64 (2**62 + 1 stored as 2**62), so the
+    row just inserted could not be deleted: through a mapping, a MicroBatcher and Arrow."""
+    import pyarrow as pa
+
+    big = 2**62 + 1
+    inputs = {
+        "mapping": lambda db: db.insert("R", {"a": [big, None]}),
+        "arrow": lambda db: db.insert("R", pa.table({"a": pa.array([big, None], pa.int64())})),
+    }
+
+    def batched(db):
+        with MicroBatcher(db, max_rows=10) as batcher:
+            batcher.insert("R", (big,))
+            batcher.insert("R", (None,))
+
+    inputs["microbatcher"] = batched
+    for name, insert in inputs.items():
+        db = Database("CREATE TABLE R (a BIGINT NULL)")
+        insert(db)
+        assert db.table("R")["a"].tolist()[0] == big, name
+        db.delete("R", {"a": [big]})
+        assert db.table("R")["a"].isna().all(), name

@@ -424,7 +424,10 @@ def conform_column(
                 bad = np.asarray([int(v) != v for v in values.tolist()], dtype=bool)
             if bad.any():
                 reject(table, column, kind, values, bad, "is not an integer")
-            if kind_of == "f":
+            if kind_of == "f":  # (numpy casts a float beyond int64 to -2**63, silently)
+                beyond = (as_float >= 2.0**63) | (as_float < -(2.0**63))
+                if beyond.any():
+                    reject(table, column, kind, values, beyond, "does not fit in BIGINT")
                 return as_float.astype(np.int64)
             values = np.asarray([int(v) for v in values.tolist()], dtype=object)
             inferred = "integer"
