@@ -34,7 +34,7 @@ def same_as_duckdb(sql: str, rows: pd.DataFrame, strategy: str) -> None:
         con.execute("CREATE OR REPLACE VIEW R AS SELECT a, s, CAST(d AS DATE) AS d, x FROM raw")
         expected = sorted(con.sql(sql).fetchall(), key=repr)
         got = sorted(
-            (tuple(None if v is None or v != v else v for v in row) for row in
+            (tuple(None if v is None or v is pd.NA or v != v else v for v in row) for row in
              view.to_pandas().astype(object).itertuples(index=False, name=None)),
             key=repr,
         )  # fmt: skip

@@ -298,3 +298,34 @@ def test_the_new_view_kinds_pickle_and_resume():
         expected = duckdb_results({n: gmr_sql(sql) for n, (sql, _) in views.items()}, tables)
         for name in views:
             assert_same_rows(restored.view(name).to_pandas(), expected[name], name)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT s, COUNT(*) AS n FROM R WHERE s IN (SELECT 'x' FROM S) GROUP BY s",
+        "SELECT s, COUNT(*) AS n FROM R WHERE s NOT IN (SELECT 'x' FROM S) GROUP BY s",
+        "SELECT s, SUM(a) AS n FROM R GROUP BY s HAVING s IN (SELECT 'x' FROM S)",
+    ],
+)
+def test_in_a_subquery_of_a_constant_follows_duckdb(sql, strategy):
+    """The constant is no key of the subquery's groups: it was read as a keyed subquery and
+    every read failed ('cannot reshape array of size 2 into shape (2,0)')."""
+    import duckdb
+    import pandas as pd
+
+    tables = {"R": pd.DataFrame({"s": ["x", "y", "x"], "a": [1, 2, 3]}),
+              "S": pd.DataFrame({"t": ["q", "r"]})}  # fmt: skip
+    db = Database("CREATE TABLE R (s VARCHAR, a BIGINT); CREATE TABLE S (t VARCHAR)")
+    for name, rows in tables.items():
+        db.insert(name, rows)
+    view = db.create_view("v", sql, strategy=strategy)
+    for step in ("loaded", "S emptied"):
+        con = duckdb.connect()
+        for name, rows in tables.items():
+            con.register(name, rows)
+        expected = sorted(con.execute(sql).fetchall())
+        assert sorted(map(tuple, view.to_pandas().values.tolist())) == expected, step
+        db.delete("S", tables["S"])
+        tables["S"] = tables["S"].iloc[0:0]

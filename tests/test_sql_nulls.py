@@ -8,7 +8,6 @@ tables, after a load and after deletes, and under the random insert/delete strea
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from sql_oracle import assert_same_rows, assert_views_match, duckdb_results
@@ -273,12 +272,71 @@ def test_errors_of_a_query_speak_of_a_query():
 
 
 def test_an_int_column_getting_a_null_at_the_edge_of_int64_publishes_its_diff():
-    """The column turns float64 (NULL as NaN) and 2**63 - 1 rounds to 2.0**63, which no
-    int64 holds: the diff keeps float64 instead of failing to cast back."""
+    """The column holds NULLs as pandas "Int64": 2**63 - 1 stays exact in the diffs."""
     db = Database("CREATE TABLE R (a BIGINT, b INTEGER);")
     view = db.create_view("v", "SELECT b, SUM(CASE WHEN a > 1 THEN a END) AS k FROM R GROUP BY b")
     diffs = []
     view.subscribe(diffs.append)
     db.insert("R", {"a": [2**63 - 1], "b": [1]})
     db.insert("R", {"a": [0, 0], "b": [1, 2]})
-    assert diffs[-1]["k"].dtype == np.float64 and diffs[-1]["k"].isna().sum() == 1
+    assert diffs[-1]["k"].dtype == "Int64" and diffs[-1]["k"].isna().sum() == 1
+    db.delete("R", {"a": [2**63 - 1], "b": [1]})
+    assert diffs[-1]["k"].dtype == "Int64"
+    assert diffs[-1]["k"].tolist()[0] == 2**63 - 1 and diffs[-1]["multiplicity"].tolist() == [-1, 1]
+
+
+def _nulls_first(row: tuple) -> list:
+    return [(v is not None, v or 0) for v in row]
+
+
+def test_nullable_bigint_output_columns_stay_exact():
+    """A nullable BIGINT output (bag projection, SUM/MIN/MAX with NULL groups) is "Int64"
+    with exact values, in to_pandas, to_arrow, diffs, ORDER BY and a query over the view
+    (it was float64: 2**62 + 1 read back as 2**62)."""
+    import duckdb
+    import pandas as pd
+    import pyarrow as pa
+
+    big = 2**62 + 1
+    tables = {
+        "R": pd.DataFrame({"g": [1, 1, 2, 3], "a": pd.array([big, None, None, -big], "Int64")})
+    }
+    views = {
+        "bag": "SELECT a FROM R",
+        "agg": "SELECT g, SUM(a) AS s, MAX(a) AS m, MIN(a) AS lo FROM R GROUP BY g",
+        "first": "SELECT g, SUM(a) AS s FROM R GROUP BY g ORDER BY s NULLS FIRST, g",
+        "last": "SELECT g, MAX(a) AS m FROM R GROUP BY g ORDER BY m DESC NULLS LAST, g",
+    }
+    for strategy in STRATEGIES:
+        db = Database("CREATE TABLE R (g BIGINT, a BIGINT NULL)")
+        diffs = {name: [] for name in views}
+        for name, sql in views.items():
+            db.create_view(name, sql, strategy=strategy).subscribe(diffs[name].append)
+        db.insert("R", tables["R"])
+        con = duckdb.connect()  # rows as Python ints (a frame would hold them as floats)
+        con.register("R", tables["R"])
+        for name in views:
+            got = db.view(name).to_pandas()
+            ints = [c for c in got.columns if c != "g"]
+            assert all(got[c].dtype == "Int64" for c in ints), got.dtypes
+            rows = [tuple(None if v is pd.NA else int(v) for v in r) for r in got.itertuples(False)]
+            theirs = con.sql(views[name]).fetchall()
+            if name in ("first", "last"):
+                assert rows == theirs, (name, rows, theirs)
+            else:
+                assert sorted(rows, key=_nulls_first) == sorted(theirs, key=_nulls_first), name
+            diff = diffs[name][-1]
+            assert all(diff[c].dtype == "Int64" for c in ints)
+        arrow = db.view("bag").to_arrow().column("a")
+        assert arrow.type == pa.int64() and sorted(arrow.drop_null().to_pylist()) == [-big, big]
+        assert arrow.null_count == 2
+        got = db.query("SELECT g, s + 1 AS t FROM agg WHERE s IS NULL OR s > 0")
+        assert got["t"].dtype == "Int64"
+        assert sorted(got.astype(object).where(got.notna(), None).values.tolist(), key=str) == [
+            [1, big + 1],
+            [2, None],
+        ]
+        db.delete("R", {"g": [1], "a": [big]})
+        diff = diffs["agg"][-1]
+        assert diff["s"].dtype == "Int64" and big in diff["s"].tolist()
+        assert db.view("agg").to_pandas().set_index("g")["m"].isna().tolist() == [True, True, False]

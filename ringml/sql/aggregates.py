@@ -25,11 +25,16 @@ Refuse = Callable[[str, str], Exception]
 
 def expand(ir: Expr, refuse: Refuse) -> tuple[Poly, Poly]:
     """``(V, N)``: ``ir`` with NULL read as 0, and its non-NULL indicator, each as a sum
-    of products of per-atom factors."""
+    of products of per-atom factors (``V`` means nothing for a non-numeric ``ir``, whose
+    aggregate can only be COUNT)."""
     sources = ir.sources()
     if isinstance(ir, Lit):
         if ir.value is None:
             return {}, {}
+        if ir.kind not in NUMBERS and ir.kind != "bool":
+            # a text or date constant has no numeric value: only its non-NULL indicator
+            # counts (COUNT; SUM/AVG of a non-numeric argument are refused by type)
+            return {}, dict(ONE)
         value = int(ir.value) if isinstance(ir.value, bool) else ir.value
         return ({(): value} if value != 0 else {}), dict(ONE)
     if len(sources) <= 1:

@@ -542,6 +542,7 @@ class _Compiler(Binder):
         GROUP BY, HAVING, DISTINCT or aggregates (uncorrelated) is a maintained view whose
         first column is looked up."""
         e = self.exp
+        self.refuse_aggregate_operand(node, "IN", context)
         select = _unwrap(e, node.args["query"])
         grouped = isinstance(select, e.Select) and (
             any(select.args.get(k) for k in ("group", "having", "distinct"))
@@ -578,6 +579,20 @@ class _Compiler(Binder):
         nulls.set("where", e.Where(this=e.and_(where.this.copy(), null) if where else null))
         return nulls
 
+    def refuse_aggregate_operand(self, node: Any, word: str, context: Context) -> None:
+        """``x IN / op ALL|ANY (subquery)`` in HAVING with an aggregate in ``x``: refused
+        (the subquery's rows are matched before the aggregation; a GROUP BY key works)."""
+        if context.clause == "HAVING" and any(
+            isinstance(n, self.exp.AggFunc) for n in node.this.walk()
+        ):
+            raise self.unsupported(
+                f"{word} (subquery) in HAVING over the aggregate {node.this.sql(dialect=DIALECT)}",
+                node,
+                word,
+                hint="compare in an outer query: SELECT ... FROM (the grouped query) WHERE ...",
+                construct=f"{word} (subquery) in HAVING",
+            )
+
     def quantified_subquery(self, op: str, node: Any, context: Context) -> Expr:
         """``x op ALL/ANY (SELECT y ...)``: no row with ``NOT (x op y)`` / some row with
         ``x op y`` -- a count with that inequality as a correlation; ``= ALL`` / ``<> ANY``:
@@ -586,6 +601,7 @@ class _Compiler(Binder):
         quantifier = node.expression
         every = isinstance(quantifier, e.All)
         word = "ALL" if every else "ANY"
+        self.refuse_aggregate_operand(node, word, context)
         select = self.plain_subquery(_unwrap(e, quantifier.this), node, word, columns=1)
         inner = _unaliased(e, select.expressions[0])
         if op == "=" and not every or op == "<>" and every:

@@ -169,8 +169,13 @@ class ViewPlan:
     @property
     def collapsed(self) -> bool:
         """Whether a read filters and collapses the engine's groups (hidden keys or a
-        residual filter)."""
-        return bool(self.hidden) or self.residual is not None
+        residual filter) or computes MIN/MAX/DISTINCT aggregates from their values (which
+        may be those of a GROUP BY key, when nothing is hidden: ``MAX(k) ... GROUP BY k``)."""
+        return (
+            bool(self.hidden)
+            or self.residual is not None
+            or any(a.function in HIDDEN_AGGREGATES for a in self.aggregates)
+        )
 
     @property
     def columns(self) -> tuple[str, ...]:

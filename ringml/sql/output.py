@@ -113,9 +113,8 @@ class Aggregated(dict):
         null = present == 0
         if aggregate.function == "avg":
             value = mean(value, np.where(null, 1, present))
-        if null.any():
-            value = value.astype(np.float64)
-            value[null] = np.nan
+        if null.any():  # a harmless value where NULL (an integer SUM stays exact)
+            value = np.where(null, 0, value)
         return value, null if null.any() else None
 
 
@@ -123,6 +122,18 @@ def columns_frame(columns: Mapping[str, np.ndarray]) -> pd.DataFrame:
     """Columns of one length as a DataFrame (fresh arrays: no copy, no consolidation)."""
     n = len(next(iter(columns.values()))) if columns else 0
     return pd.DataFrame(columns, index=pd.RangeIndex(n), copy=False)
+
+
+def exact_frame(frame: pd.DataFrame, plan: ViewPlan) -> pd.DataFrame:
+    """``frame`` (of the view's output columns, maybe more) with its integer output columns
+    that hold NULLs (Python ints and None) as pandas "Int64", their values exact."""
+    for output in plan.outputs:
+        if output.expression.kind != "int" or output.name not in frame.columns:
+            continue
+        column = frame[output.name]
+        if column.dtype == object:
+            frame[output.name] = pd.array(column.to_numpy(), dtype="Int64")
+    return frame
 
 
 def view_columns(
@@ -200,9 +211,15 @@ def _nullable(values: np.ndarray, null: np.ndarray | None, kind: str) -> np.ndar
         return np.full(values.shape[0], None, dtype=object)
     if null is None or not null.any():
         return values
-    if kind in ("int", "float"):
+    if kind == "float":
         out = values.astype(np.float64)
         out[null] = np.nan
+        return out
+    if kind == "int" and values.dtype.kind in "iub":
+        # exact: Python ints and None (float64 would round beyond 2**53); frames for users
+        # hold them as "Int64" (:func:`exact_frame`)
+        out = values.astype(np.int64).astype(object)
+        out[null] = None
         return out
     if kind == "date":
         out = values.astype("datetime64[ns]").copy()

@@ -135,6 +135,8 @@ def keyed_subquery(sub: SubqueryPlan) -> bool:
         sub.mode == "value"
         and sub.inequality is None
         and sub.equalities > 0
+        # each correlation a key of the subquery's groups (not a constant: IN (SELECT 'x' ...))
+        and len(sub.plan.keys) >= sub.equalities
         and not sub.plan.collapsed
         and not sub.plan.subqueries
         and not sub.plan.derived

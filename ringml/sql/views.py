@@ -42,7 +42,15 @@ from .expressions import (
     truth,
 )
 from .logical import COUNT, HIDDEN_AGGREGATES, AtomPlan, SubqueryPlan, ViewPlan, valued
-from .output import Aggregated, columns_frame, key_column, mean, row_changes, view_columns
+from .output import (
+    Aggregated,
+    columns_frame,
+    exact_frame,
+    key_column,
+    mean,
+    row_changes,
+    view_columns,
+)
 from .rangejoin import RangeJoin, range_join, range_sums
 from .residual import (
     ResidualResult,
@@ -159,7 +167,7 @@ class _Lookup:
 
     def __call__(self, values, null, n):
         if self._lookup is None:
-            rows = self._rows if isinstance(self._rows, pd.DataFrame) else self._rows.to_pandas()
+            rows = self._rows if isinstance(self._rows, pd.DataFrame) else self._rows._frame()
             self._lookup = subquery_lookup(self._sub, rows)
         return self._lookup(values, null, n)
 
@@ -460,7 +468,13 @@ class View:
         return self.plan.columns
 
     def to_pandas(self) -> pd.DataFrame:
-        """The view's current rows (ORDER BY/LIMIT applied)."""
+        """The view's current rows (ORDER BY/LIMIT applied); an integer column holding
+        NULLs is pandas "Int64"."""
+        return exact_frame(self._frame(), self.plan)
+
+    def _frame(self) -> pd.DataFrame:
+        """The current rows as read inside (an integer column with NULLs: Python ints and
+        None, as lookups and a query over the view read them)."""
         return columns_frame(self._current())
 
     def _current(self) -> dict[str, np.ndarray]:
@@ -693,10 +707,10 @@ class View:
         """The rows that left and came with the last apply (``before``: what
         :meth:`_rows_before` gave before it); None when no group changed."""
         if before is not None:
-            return row_changes(before, self._current())
+            return exact_frame(row_changes(before, self._current()), self.plan)
         if self._delta is None or not len(self._delta):
             return None
-        return self.diff(self._delta)
+        return exact_frame(self.diff(self._delta), self.plan)
 
     def diff(self, delta) -> pd.DataFrame:
         """The output rows that left and came with an apply, from the engine's change of the
@@ -1150,7 +1164,7 @@ class Database:
         for table in plan.tables:
             if table in self._views:  # a view: its current rows, as a table's
                 view = self._views[table]
-                rows = view.to_pandas()
+                rows = view._frame()
                 columns = table_columns(table, view.plan, rows)
                 contents[table] = (columns, np.ones(len(rows), dtype=np.int64))
             else:
