@@ -105,8 +105,9 @@ _MISSING = object()
 Relation = float | dict  # scalar-face entry: a float (schema ()) or a dict key -> value
 
 
-#: the live rings by id (see :func:`~ringml.rings.covariance.share_shifts`)
-_RINGS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+#: the rings constructed in this process, by id (see
+#: :func:`~ringml.rings.covariance.share_shifts`)
+_BUILT: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 # ---------------------------------------------------------------------------- elements
@@ -613,7 +614,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         self._shifts[: len(cont)] = np.nan if self.shift else 0.0
         # a random id, kept through pickling: copies in one process share the shifts
         self._id = int.from_bytes(os.urandom(8), "little") >> 2
-        _RINGS[self._id] = self
+        _BUILT[self._id] = self
         self._index = {v: i for i, v in enumerate(self.variables)}
         p, q = len(cont), len(cat)
         self._p, self._q = p, q
@@ -688,7 +689,7 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         if "_id" not in state:  # pickled before ids: a ring of its own
             state["_id"] = int.from_bytes(os.urandom(8), "little") >> 2
         self.__dict__.update(state)
-        share_shifts(_RINGS, self)
+        share_shifts(_BUILT, self)
 
     def _settings(self) -> tuple:
         return (self.continuous, self.categorical, self.shift, self.compensated)

@@ -593,17 +593,20 @@ class _Reader:
 # ---------------------------------------------------------------------------- the ring
 
 _RINGS: weakref.WeakValueDictionary[int, CovarianceRing] = weakref.WeakValueDictionary()
+#: the rings constructed in this process (not unpickled), by id
+_BUILT: weakref.WeakValueDictionary[int, CovarianceRing] = weakref.WeakValueDictionary()
 
 
-def share_shifts(registry: weakref.WeakValueDictionary, ring: Any) -> None:
-    """Register an unpickled (or deep-copied) ring under its ``_id``; where the ring it was
-    copied from lives in this process, the two are one ring and share one shifts array,
-    so a payload of either reads right through the other (``query.ring.statistics(
-    restored.result())``).  The copy's fixed shifts fill the live ring's open ones (no
-    stored payload uses an open shift); a conflict (two copies that fixed a shift apart)
-    keeps the copy's own shifts."""
-    live = registry.setdefault(ring._id, ring)
-    if live is ring:
+def share_shifts(built: weakref.WeakValueDictionary, ring: Any) -> None:
+    """An unpickled (or deep-copied) ring whose original was constructed in this process
+    (``built``: those rings by id) is one ring with it: they share one shifts array, so a
+    payload of either reads right through the other (``query.ring.statistics(
+    restored.result())``).  The copy's fixed shifts fill the original's open ones (no
+    stored payload uses an open shift); a conflict keeps the copy's own shifts.  Copies
+    unpickled where no original lives (Spark executors: each shard its own shifts) stay
+    apart."""
+    live = built.get(ring._id)
+    if live is None or live is ring:
         return
     mine, theirs = ring._shifts, live._shifts
     if mine.shape != theirs.shape:
@@ -657,13 +660,14 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         # random ids: payloads keep their ring's id through pickling, and ids of rings made
         # in different processes should not collide
         self._id = int.from_bytes(os.urandom(8), "little") >> 2
-        _RINGS[self._id] = self
+        _RINGS[self._id] = _BUILT[self._id] = self
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("_guard_floats", True)  # pickled before the guards: check always
         state.setdefault("_count_bound", math.inf)
         self.__dict__.update(state)
-        share_shifts(_RINGS, self)
+        _RINGS.setdefault(self._id, self)
+        share_shifts(_BUILT, self)
 
     def _watch(self, top: float) -> None:
         """Turn the overflow check of store additions on for good once ``top`` (a bound
