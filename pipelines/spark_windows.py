@@ -299,6 +299,37 @@ class StreamingWindows(StreamingMaintainer):
                     out[name] = list(columns or ())
         return out
 
+    def _nullable(self) -> Mapping[str, Sequence[str]]:
+        """The feed columns that may hold NULL (an empty CSV field, JSON null): those every
+        target reading them takes NULLs in -- a column a database declares ``NULL``, a
+        :class:`~ringml.windows.MinMaxView`'s value column -- and never an event time."""
+        from ringml.windows import MinMaxView
+        from ringml.windows import _relations as target_relations
+
+        stream = self.maintainer
+        times = {(spec.source or name, spec.time_column) for name, spec in stream.tables.items()}
+        takes_null: dict[tuple[str, str], bool] = {}
+        for target in stream.targets:
+            catalog = getattr(target, "catalog", None)
+            for name, columns in target_relations(target).items():
+                spec = stream.tables.get(name)
+                relation = (spec.source or name) if spec is not None else name
+                if catalog is not None:
+                    takes = set(catalog.table(name).nullable)
+                elif isinstance(target, MinMaxView):
+                    takes = set(target.values) - set(target.by)
+                else:
+                    takes = set()
+                for column in columns or ():
+                    key = (relation, column)
+                    ok = column in takes and key not in times
+                    takes_null[key] = takes_null.get(key, True) and ok
+        out: dict[str, list[str]] = {}
+        for (relation, column), ok in takes_null.items():
+            if ok:
+                out.setdefault(relation, []).append(column)
+        return out
+
     def _adopt(self, restored):
         if restored is not self.maintainer:
             vars(self.maintainer).update(vars(restored))

@@ -69,7 +69,7 @@ import pandas as pd
 
 from .batch import UpdateBatch, as_frame
 from .delta import held_deliveries, notify
-from .encoding import Dictionary, factorize_rows
+from .encoding import Dictionary, EncodingError, factorize_rows
 from .errors import BatchError, InputTypeError, RingmlError, SchemaError, SubscriberError
 from .rings.scalar import INT64_MAX
 
@@ -1166,7 +1166,16 @@ class MinMaxView:
             return np.zeros(n, self._rows_keys.dtype)
         codes = np.empty((n, len(self.by)), dtype=">u8")
         for j, c in enumerate(self.by):
-            codes[:, j] = self._codes[c].encode(frame[c].to_numpy())
+            try:
+                codes[:, j] = self._codes[c].encode(frame[c].to_numpy())
+            except EncodingError as error:
+                raise BatchError(
+                    f"{self.name}: relation {self.relation!r}, group column {c!r}, row "
+                    f"{error.position}: {error}",
+                    self.relation,
+                    c,
+                    error.value,
+                ) from None
         return np.ascontiguousarray(codes).view(self._rows_keys.dtype).ravel()
 
     def _value_data(self, column: pd.Series, name: str) -> tuple[np.ndarray, np.ndarray, str]:

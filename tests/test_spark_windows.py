@@ -435,3 +435,76 @@ def test_readme_sql_window_example_streams_timestamps_and_dates(spark, tmp_path)
         marks = [p["eventTime"].get("watermark") for p in query.recentProgress]
         after_first = {"TIMESTAMP": "2024-01-01 10:06:30", "DATE": "2024-01-01"}[kind]
         assert pd.Timestamp(marks[-1]).tz_convert(None) == pd.Timestamp(after_first), marks
+
+
+def _nullable_layout(ts, src, loss) -> pa.Table:
+    n = len(ts)
+    return pa.table(
+        {
+            "__ringml_feed": pa.array([0] * n, pa.int32()),
+            "__ringml_relation": ["S"] * n,
+            "__ringml_op": ["insert"] * n,
+            "__ringml_mult": pa.array([None] * n, pa.int64()),
+            "__ringml_corrupt": pa.array([None] * n, pa.string()),
+            "__f0__ts": pa.array(ts, pa.int64()),
+            "__f0__src": pa.array(src, pa.string()),
+            "__f0__loss": pa.array(loss, pa.float64()),
+        }
+    )
+
+
+def test_sql_nullable_columns_take_nulls_through_the_stream(tmp_path):
+    """A column the stream table declares ``NULL`` takes NULLs from the feed (COUNT(loss)
+    skips them, COUNT(*) counts them); a NULL event time or a NULL in a NOT NULL column is
+    still a dead letter naming its column."""
+    from ringml.sql import StreamDatabase
+
+    sdb = StreamDatabase(lateness=5, late="dead_letter")
+    sdb.create_stream_table("CREATE TABLE S (ts INT, src TEXT, loss DOUBLE NULL)", "ts", 10)
+    sdb.create_view(
+        "v", "SELECT src, COUNT(*) AS n, COUNT(loss) AS k, SUM(loss) AS s FROM S GROUP BY src",
+        window="RANGE 30",
+    )  # fmt: skip
+    sw = StreamingWindows(sdb.stream, tmp_path / "s", on_error="dead_letter",
+                          dead_letter_path=tmp_path / "d")  # fmt: skip
+    table = _nullable_layout([1, 2, None, 3], ["a", "a", "a", None], [None, 2.0, 3.0, 4.0])
+    sw.process_batch(table, 0)
+    got = sdb.view("v").to_pandas()
+    assert got.to_dict("records") == [{"src": "a", "n": 2, "k": 1, "s": 2.0}]
+    reasons = sorted(sw.dead_letters().reason)
+    assert reasons == ["missing value for column 'src'", "missing value for column 'ts'"]
+
+
+def test_a_null_reaches_only_targets_that_take_it(tmp_path):
+    """With a Maintainer reading the same column beside the database, a NULL there is a
+    dead letter (the Maintainer cannot hold it), and both targets stay equal."""
+    from ringml.rings.scalar import RealRing
+
+    from ringml import Maintainer, Query
+    from ringml.sql import Database
+    from ringml.windows import MinMaxView, StreamTable, WindowedStream
+
+    db = Database("CREATE TABLE S (ts BIGINT, src TEXT, loss DOUBLE NULL)")
+    db.create_view("v", "SELECT src, COUNT(loss) AS k FROM S GROUP BY src")
+    spec = {"S": StreamTable("ts", partition=10, window="RANGE 30")}
+    minmax = MinMaxView("S", values=["loss"], by=["src"])
+    both = WindowedStream([db, minmax], spec, lateness=5, late="dead_letter")
+    sw = StreamingWindows(both, tmp_path / "a", on_error="dead_letter",
+                          dead_letter_path=tmp_path / "da")  # fmt: skip
+    assert sw._nullable() == {"S": ["loss"]}
+    sw.process_batch(_nullable_layout([1, 2], ["a", "a"], [None, 2.0]), 0)
+    assert db.view("v").to_pandas().to_dict("records") == [{"src": "a", "k": 1}]
+    assert minmax.result()[["count", "max_loss"]].to_dict("records") == [
+        {"count": 2, "max_loss": 2.0}
+    ]
+    m = Maintainer(Query({"S": ["ts", "src", "loss"]}, RealRing(["loss"]), free=["src"]))
+    db2 = Database("CREATE TABLE S (ts BIGINT, src TEXT, loss DOUBLE NULL)")
+    db2.create_view("v", "SELECT src, COUNT(loss) AS k FROM S GROUP BY src")
+    mixed = WindowedStream([db2, m], spec, lateness=5, late="dead_letter")
+    sw2 = StreamingWindows(mixed, tmp_path / "b", on_error="dead_letter",
+                           dead_letter_path=tmp_path / "db")  # fmt: skip
+    assert sw2._nullable() == {}
+    sw2.process_batch(_nullable_layout([1, 2], ["a", "a"], [None, 2.0]), 0)
+    assert m.result() == {("a",): 2.0}
+    assert db2.view("v").to_pandas().to_dict("records") == [{"src": "a", "k": 1}]
+    assert sw2.dead_letters().reason.tolist() == ["missing value for column 'loss'"]

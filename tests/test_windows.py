@@ -1167,6 +1167,18 @@ def test_minmax_view_refuses_deletes_of_null_values_it_does_not_hold():
     assert plain.result()[["count", "min_v"]].values.tolist() == [[1, 1.0]]
 
 
+def test_minmax_view_refuses_a_null_group_key_by_relation_and_column():
+    """A NULL in a group column raised the encoder's bare EncodingError, naming neither the
+    relation nor the column; now a BatchError names both, and nothing changes."""
+    view = MinMaxView("S", values=["v"], by=["g", "h"])
+    view.apply(UpdateBatch.inserts("S", {"g": ["a"], "h": [1], "v": [1.0]}))
+    before = view.result()
+    with pytest.raises(BatchError, match="relation 'S', group column 'h', row 1") as caught:
+        view.apply(UpdateBatch.inserts("S", {"g": ["a", "b"], "h": [1, None], "v": [2.0, 3.0]}))
+    assert (caught.value.relation, caught.value.column) == ("S", "h")
+    pd.testing.assert_frame_equal(view.result(), before)
+
+
 def test_an_empty_first_batch_is_a_no_op_whatever_the_origin():
     """An empty batch before the first row read the datetime origin on a number clock."""
     view = loss_by_src()
