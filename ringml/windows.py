@@ -454,6 +454,15 @@ def _floor_div(a: float | int, b: float | int) -> int:
     return int(np.floor(a / b))
 
 
+def _counters(target: Any) -> dict[str, int]:
+    """A target's progress counters as they were before a batch (a Maintainer's
+    ``batches_applied`` and ``tuples_applied``)."""
+    return {
+        name: getattr(target, name) for name in ("batches_applied", "tuples_applied")
+        if isinstance(getattr(target, name, None), int)
+    }  # fmt: skip
+
+
 def _relations(target: Any) -> dict[str, list[str] | None]:
     """The relations a target takes and their columns (None: any columns)."""
     query = getattr(target, "query", None)
@@ -996,24 +1005,26 @@ class WindowedStream:
         held back (handed over once every target took the batch, dropped with the undo: no
         subscriber sees a batch that did not happen); a target whose own subscriber raised
         anyway has applied: the others go on, and the first such error is returned."""
-        done: list[tuple[Any, list[UpdateBatch]]] = []
+        done: list[tuple[Any, list[UpdateBatch], dict[str, int]]] = []
         results = []
         failed = None
         with held_deliveries() as held:
             try:
                 for target, batches in zip(self.targets, plan.per_target, strict=True):
+                    counters = _counters(target)
                     try:
                         results.append(target.apply(batches) if batches else None)
                     except SubscriberError as error:
                         failed = failed or error
                         results.append(None)
-                    done.append((target, batches))
+                    done.append((target, batches, counters))
             except BaseException:  # a rejection, a bug or an interrupt: the targets stay equal
-                for target, batches in reversed(done):  # undo: the inverse batches
+                for target, batches, counters in reversed(done):  # undo: the inverse batches
                     if batches:
                         target.apply(
                             [UpdateBatch(b.relation, b.rows, -b.signs()) for b in reversed(batches)]
                         )
+                        vars(target).update(counters)  # the batch and its undo did not happen
                 raise
         return results, held, failed
 

@@ -957,9 +957,12 @@ def test_an_error_that_is_not_a_rejection_leaves_every_target_unchanged(monkeypa
     with pytest.raises(RuntimeError, match="boom"):
         stream.insert("S", pd.DataFrame({"ts": [2.0], "k": [2], "tag": ["b"]}))
     assert count.result() == 1
+    # the batch and its undo are not counted (both were, as two applied batches)
+    assert (count.batches_applied, count.tuples_applied) == (1, 1)
     monkeypatch.undo()
     stream.insert("S", pd.DataFrame({"ts": [2.0], "k": [2], "tag": ["b"]}))
     assert count.result() == 2 and by_tag.result() == {("a",): 1, ("b",): 1}
+    assert (count.batches_applied, count.tuples_applied) == (2, 2)
 
 
 def test_datetime_partitions_and_watermarks_are_exact_to_the_nanosecond():
