@@ -73,6 +73,9 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import decimal
+import math
+import numbers
 import os
 import pickle
 import re
@@ -177,22 +180,39 @@ class _Layout:
 
 def _shard_of_values(values: np.ndarray, shards: int) -> np.ndarray:
     """The shard (0..shards-1) of each root-variable value: a deterministic 64-bit hash of
-    the value (numbers as float64, so 1 and 1.0 agree; others as objects), modulo shards.
-    The same in every process, so every relation's tuples with one value meet."""
+    the value modulo shards, the same in every process.  Values the engine joins as one key
+    meet: a number of any type (an int, float or bool column, or a Python int, float or
+    ``Decimal`` in an object column, as Arrow hands over decimals) is hashed as the nearest
+    float64, so 1, 1.0 and ``Decimal("1")`` agree (distinct keys that round alike only share
+    a shard); other values are hashed as objects."""
     if values.dtype.kind in "iufb":
-        normalized = values.astype(np.float64) + 0.0  # -0.0 and 0.0 alike
-    else:
-        normalized = pd.Series(values, dtype=object).map(_normal_key).to_numpy(dtype=object)
-    hashed = pd.util.hash_array(normalized)
+        return _shard_of_hashes(pd.util.hash_array(values.astype(np.float64) + 0.0), shards)
+    objects = values.astype(object)
+    numbers = np.fromiter(map(_as_float, objects), dtype=np.float64, count=len(objects))
+    numeric = ~np.isnan(numbers) | np.fromiter(map(_is_nan_number, objects), bool, len(objects))
+    hashed = np.empty(len(objects), dtype=np.uint64)
+    hashed[numeric] = pd.util.hash_array(numbers[numeric] + 0.0)  # -0.0 and 0.0 alike
+    if not numeric.all():
+        hashed[~numeric] = pd.util.hash_array(objects[~numeric])
+    return _shard_of_hashes(hashed, shards)
+
+
+def _shard_of_hashes(hashed: np.ndarray, shards: int) -> np.ndarray:
     return (hashed % np.uint64(shards)).astype(np.int64)
 
 
-def _normal_key(value):
-    if isinstance(value, (bool, np.bool_)):
-        return float(value)
-    if isinstance(value, (int, float, np.integer, np.floating)):
-        return float(value) + 0.0
-    return value
+def _as_float(value) -> float:
+    """A number's nearest float64 (infinite beyond the range); NaN for anything else."""
+    if isinstance(value, bool | np.bool_ | numbers.Real | decimal.Decimal):
+        try:
+            return float(value)
+        except OverflowError:  # an int beyond 1.8e308
+            return math.copysign(math.inf, value)
+    return math.nan
+
+
+def _is_nan_number(value) -> bool:
+    return isinstance(value, numbers.Real | decimal.Decimal) and value != value
 
 
 def _spark_hash_int(value: int, seed: int = 42) -> int:

@@ -138,3 +138,35 @@ def test_driver_code_space_survives_restarts_and_failed_commits(make_query, tmp_
     )
     with pytest.raises(KeyError, match="'x' has no codes"):
         resumed.decode("x", [0])
+
+
+def test_routing_sends_keys_the_engine_joins_to_one_shard():
+    """The key of a relation routed as Arrow hands it over: an int64 column, a decimal128
+    (Python Decimals), an object column of Python ints, floats and bools, or mixed with text.
+    Decimals and object numbers were hashed by their text, so int 3 and Decimal("3")
+    met on different shards and the distributed join lost their tuples."""
+    import decimal
+
+    import pyarrow as pa
+    from ringml.pipelines.spark_distributed import _shard_of_values, _split_batch
+
+    keys = [0, 1, 2, 3, -7, 2**53, 2**62 + 1, 10**6]
+    as_int = np.array(keys, dtype=np.int64)
+    as_float = as_int.astype(np.float64)
+    as_decimal = pa.array([decimal.Decimal(k) for k in keys]).to_numpy(zero_copy_only=False)
+    as_objects = np.array(keys, dtype=object)
+    mixed = np.array(keys + ["a", 2**70], dtype=object)
+    for shards in (2, 3, 7):
+        want = _shard_of_values(as_int, shards)
+        for other in (as_float, as_decimal, as_objects, mixed[: len(keys)]):
+            assert _shard_of_values(other, shards).tolist() == want.tolist(), (shards, other)
+        assert _shard_of_values(mixed, shards)[: len(keys)].tolist() == want.tolist()
+        assert _shard_of_values(np.array([True, 1.5, decimal.Decimal("1.5")], object), shards)[
+            1:
+        ].tolist() == [_shard_of_values(np.array([1.5]), shards)[0]] * 2
+        assert _shard_of_values(np.array([-0.0, 0.0]), shards).tolist() == [want[0]] * 2
+    # a batch split by a decimal128 key column: each shard holds the int-routed keys
+    batch = pa.RecordBatch.from_pydict({"k": pa.array([decimal.Decimal(k) for k in keys])})
+    for shard, part in _split_batch(batch, "k", 3):
+        got = [int(v) for v in part.column("k").to_pylist()]
+        assert all(_shard_of_values(np.array([v]), 3)[0] == shard for v in got)
