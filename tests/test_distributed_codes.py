@@ -161,9 +161,12 @@ def test_routing_sends_keys_the_engine_joins_to_one_shard():
         for other in (as_float, as_decimal, as_objects, mixed[: len(keys)]):
             assert _shard_of_values(other, shards).tolist() == want.tolist(), (shards, other)
         assert _shard_of_values(mixed, shards)[: len(keys)].tolist() == want.tolist()
-        assert _shard_of_values(np.array([True, 1.5, decimal.Decimal("1.5")], object), shards)[
-            1:
-        ].tolist() == [_shard_of_values(np.array([1.5]), shards)[0]] * 2
+        assert (
+            _shard_of_values(np.array([True, 1.5, decimal.Decimal("1.5")], object), shards)[
+                1:
+            ].tolist()
+            == [_shard_of_values(np.array([1.5]), shards)[0]] * 2
+        )
         assert _shard_of_values(np.array([-0.0, 0.0]), shards).tolist() == [want[0]] * 2
     # a batch split by a decimal128 key column: each shard holds the int-routed keys
     batch = pa.RecordBatch.from_pydict({"k": pa.array([decimal.Decimal(k) for k in keys])})
