@@ -487,6 +487,8 @@ class Predicate:
         :class:`~ringml.BatchError` naming ``relation``, the column and the value.
         """
         batch = _Rows(rows, relation)
+        if batch.n == 0:  # no value to check (an empty column's dtype says nothing)
+            return np.zeros(0, dtype=bool)
         true, _ = self._truth(batch)
         return np.array(_full(true, batch.n), dtype=bool)
 
