@@ -572,11 +572,6 @@ class BatchPreparer:
 
     def prepare_factor(self, relation: str, frame: pd.DataFrame) -> PreparedRows:
         """Validate and encode one factor of a factorized update: rows over some columns."""
-        if relation in self.query.filters:
-            raise BatchError(
-                f"relation {relation!r} has a filter; give its update as rows, not as factors",
-                relation,
-            )
         prepared = PreparedRows(relation, len(frame), multiplicity=np.ones(len(frame), np.int64))
         columns = list(frame.columns)
         arrays = _column_arrays(frame, columns)

@@ -609,10 +609,12 @@ class Maintainer:
         the product, so the cost follows the factors' sizes, not the product's; a
         materialized view on the path receives the product of the factors over its own keys
         only.  With absent deletes checked, the expanded tuples are still fingerprinted for
-        the bookkeeping; ``allow_absent_deletes=True`` skips even that.  Returns the change
-        of the result when there are subscribers (they get it too: the product is then
-        expanded, the factorized path not summing the result's change) or another strategy
-        than fivm runs, else None.
+        the bookkeeping; ``allow_absent_deletes=True`` skips even that.  The product is
+        expanded and applied as rows -- returning the change of the result, which the
+        factorized path does not sum -- under another strategy than fivm, when there are
+        subscribers (they get the change), when ``relation`` has a filter (it tests whole
+        rows) and during the loading phase; else the update returns None.  A rejected
+        update changes nothing, the loading phase included.
         """
         self._check_updatable([relation])
         if isinstance(factors, str | bytes | Mapping | pd.DataFrame):
@@ -645,8 +647,13 @@ class Maintainer:
                 "multiplicity",
                 multiplicity,
             )
-        if self.strategy != "fivm" or any(len(f) == 0 for f in factors) or self._subscribers:
-            # (subscribers need the result's change, which the factorized path does not sum)
+        if (
+            self.strategy != "fivm"
+            or any(len(f) == 0 for f in factors)
+            or self._subscribers  # they need the result's change, which it does not sum
+            or relation in self.query.filters  # a filter tests whole rows
+            or self._loading  # the loading views would need the expansion
+        ):
             expanded = _cross_product(factors)[list(columns)]
             mult = np.full(len(expanded), int(multiplicity), dtype=np.int64)
             if not len(expanded):
@@ -661,8 +668,6 @@ class Maintainer:
             bookkeeping = self._preparer.prepare(
                 UpdateBatch(relation, expanded, np.full(len(expanded), int(multiplicity)))
             )
-        if self._loading:  # validated: loading ends (its views would get the expansion)
-            self._finish_loading()
         lift_state = self.ring.lift_state()
         self._journal.clear()
         try:
@@ -677,6 +682,9 @@ class Maintainer:
                 f"({error}); no view changed",
                 relation,
             ) from None
+        except BaseException:  # a bug or an interrupt: no view keeps part of the update
+            self._rollback([bookkeeping] if bookkeeping is not None else [], lift_state)
+            raise
         finally:
             self._journal.clear()
         self.tuples_applied += int(np.prod([len(f) for f in factors]))

@@ -149,3 +149,36 @@ def test_factorized_updates_reach_subscribers(strategy):
     delta = m.apply_factorized("S", [pd.DataFrame({"A": [1, 2]}), pd.DataFrame({"C": [5, 6]})])
     assert dict(delta.items()) == {(1,): 2, (2,): 2}
     assert seen == m.result() == {(1,): 2, (2,): 2}
+
+
+@pytest.mark.parametrize("strategy", ["fivm", "first_order", "recompute", "higher_order"])
+@pytest.mark.parametrize("subscribed", [False, True])
+def test_factorized_updates_of_a_filtered_relation_agree_everywhere(strategy, subscribed):
+    """fivm refused a filtered relation's factors unless someone had subscribed; the other
+    strategies took them: now every strategy expands and filters them alike."""
+    query = Query({"S": ["A", "C"], "R": ["A", "B"]}, IntegerRing(), free=["A"],
+                  filters={"S": "C > 0"})  # fmt: skip
+    m = Maintainer(query, strategy=strategy)
+    if subscribed:
+        m.subscribe(lambda delta: None)
+    m.insert("R", {"A": [1, 2], "B": [0, 0]})
+    delta = m.apply_factorized("S", [pd.DataFrame({"A": [1, 2]}), pd.DataFrame({"C": [0, 5]})])
+    assert dict(delta.items()) == m.result() == {(1,): 1, (2,): 1}
+    m.apply_factorized("S", [pd.DataFrame({"A": [1]}), pd.DataFrame({"C": [0, 5]})], -1)
+    assert m.result() == {(2,): 1}
+
+
+def test_a_rejected_factorized_update_keeps_the_loading_phase_open():
+    """A rejected apply_factorized (an int64 overflow) ended the loading phase, unlike a
+    rejected apply: the static relation could no longer be loaded."""
+    query = Query({"R": ["A", "B"], "S": ["A", "C"]}, IntegerRing(["B"]), free=["A"])
+    m = Maintainer(query, updatable=["R"])
+    m.load("S", {"A": [1], "C": [0]})
+    with pytest.raises(BatchError, match="overflow"):
+        m.apply_factorized("R", [pd.DataFrame({"A": [1]}), pd.DataFrame({"B": [2**62, 2**62]})])
+    assert m.result() == {}
+    m.load("S", {"A": [2], "C": [0]})
+    m.apply_factorized("R", [pd.DataFrame({"A": [1, 2]}), pd.DataFrame({"B": [3]})])
+    assert m.result() == {(1,): 3, (2,): 3}
+    with pytest.raises(Exception, match="streaming has started"):
+        m.load("S", {"A": [3], "C": [0]})
