@@ -25,6 +25,7 @@ pa = pytest.importorskip("pyarrow")
 
 from ringml.pipelines.spark_checkpoint import (  # noqa: E402
     CheckpointError,
+    StateCheckpoint,
     restore_maintainer,
     snapshot_maintainer,
 )
@@ -226,6 +227,45 @@ def test_a_snapshot_without_a_description_is_refused():
     with pytest.raises(CheckpointError, match="records no query description"):
         restore_maintainer(forged, like=rm.Maintainer(make_query()))
     assert restore_maintainer(forged).result().count > 0  # without a guard it still loads
+
+
+def test_a_truncated_snapshot_is_refused_and_leaves_like_as_it_was():
+    data = snapshot_maintainer(reference(stream(3)))
+    like = reference(stream(4))  # other values: other shifts
+    ring_state, want = pickle.dumps(vars(like.ring)), like.ring.statistics(like.result())
+    for cut in (3, len(data) // 2):
+        with pytest.raises(CheckpointError, match=r"^the snapshot: unreadable \(.*truncated"):
+            restore_maintainer(data[:-cut], like=like)
+        assert pickle.dumps(vars(like.ring)) == ring_state, cut  # not the snapshot's shifts
+    np.testing.assert_array_equal(like.ring.statistics(like.result()).mean, want.mean)
+
+
+def test_a_bad_log_record_is_refused_naming_it_and_leaves_like_as_it_was(tmp_path):
+    batches = stream(3)
+    sm = StreamingMaintainer(reference(batches[:1]), tmp_path, snapshot_every=10)
+    for batch_id, batch in enumerate(batches[1:3], start=1):
+        sm.process_batch(layout(*batch), batch_id)
+    log = tmp_path / "log" / f"{2:012d}.pkl"
+    good = log.read_bytes()
+    record = pickle.loads(good)
+    unknown = {**record, "batches": [("Z", pd.DataFrame({"a": [1]}), None)]}
+    cases = {
+        "unreadable \\(.*truncated": good[: len(good) // 2],
+        "not a ringml state checkpoint": pickle.dumps(["not", "a", "record"]),
+        "its batches cannot be re-applied \\(unknown relation 'Z'": pickle.dumps(unknown),
+    }
+    like = reference(stream(4))
+    ring_state = pickle.dumps(vars(like.ring))
+    for problem, content in cases.items():
+        log.write_bytes(content)
+        with pytest.raises(CheckpointError, match=f"^{re.escape(str(log))}: {problem}"):
+            StateCheckpoint(tmp_path, 10).load(like=like)
+        assert pickle.dumps(vars(like.ring)) == ring_state, problem
+    log.write_bytes(good)
+    query = make_query()
+    loaded = StateCheckpoint(tmp_path, 10).load(like=rm.Maintainer(query))
+    assert loaded.batch_id == 2 and loaded.replayed == [1, 2]
+    assert_same_statistics(query, loaded.maintainer.result(), reference(batches[:3]))
 
 
 def test_opaque_filters_cannot_be_checkpointed(tmp_path):
