@@ -96,8 +96,8 @@ def restore_maintainer(
     :func:`check_same_description`, which raises :class:`CheckpointError` naming what
     differs), the restored maintainer adopts ``like.query`` and its ring object, which takes
     the stored ring's state (e.g. covariance shifts): ``like.query.ring`` then reads the
-    restored results, and ``like`` itself should no longer be used.  A snapshot that
-    cannot be read raises
+    restored results, and ``like`` itself should no longer be used (or takes the state:
+    :meth:`~ringml.Maintainer.adopt_state`).  A snapshot that cannot be read raises
     :class:`CheckpointError` and leaves ``like`` as it was.
     """
     stream = io.BytesIO(data)

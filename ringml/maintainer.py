@@ -160,6 +160,29 @@ class Maintainer:
         state["_subscribers"] = []
         return state
 
+    def adopt_state(self, other: Maintainer) -> None:
+        """Take over the state of ``other`` (e.g. restored from a checkpoint like this
+        maintainer), which must have this maintainer's :meth:`description`; this object
+        keeps its identity, its subscribers and :attr:`keep_previous` (``other`` should not
+        be used afterwards)."""
+        if not isinstance(other, Maintainer):
+            raise InputTypeError(f"adopt_state takes a Maintainer, got {type(other).__name__}")
+        if other is self:
+            return
+        mine, theirs = self.description(), other.description()
+        differing = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        if differing:
+            raise SchemaError(
+                "cannot adopt the state of a maintainer of another query (differing: "
+                f"{', '.join(differing)})"
+            )
+        own = vars(self)
+        kept = {name: own[name] for name in ("_subscribers", "keep_previous") if name in own}
+        own.clear()
+        own.update(vars(other))
+        own.pop("keep_previous", None)
+        own.update(kept)
+
     # ------------------------------------------------------------------ updates
     def insert(self, relation: str, rows) -> ResultDelta | None:
         """Insert ``rows`` (a DataFrame or column mapping) into ``relation``."""

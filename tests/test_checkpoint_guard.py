@@ -19,6 +19,7 @@ from ringml.rings.categorical import GeneralizedCovarianceRing
 from ringml.rings.scalar import IntegerRing
 
 import ringml as rm
+from ringml.errors import InputTypeError, SubscriberError
 from ringml.predicates import col, opaque
 
 pa = pytest.importorskip("pyarrow")
@@ -126,6 +127,62 @@ def test_restart_resumes_and_the_readme_idiom_works(tmp_path, snapshot_every):
         sm.process_batch(layout(*batch), batch_id)
     assert_same_statistics(query, sm.result(), reference(batches))
     assert query.ring.statistics(sm.result()).count > 0
+
+
+@pytest.mark.parametrize("snapshot_every", [1, 2])
+def test_a_restart_moves_the_state_into_the_callers_maintainer(tmp_path, snapshot_every):
+    batches = stream(5)
+    sm = StreamingMaintainer(rm.Maintainer(make_query()), tmp_path, snapshot_every=snapshot_every)
+    for batch_id, batch in enumerate(batches[:3]):
+        sm.process_batch(layout(*batch), batch_id)
+    query = make_query()
+    mine, seen = rm.Maintainer(query), []
+    mine.keep_previous = True
+    unsubscribe = mine.subscribe(seen.append)
+    sm = StreamingMaintainer(mine, tmp_path, snapshot_every=snapshot_every)
+    assert sm.maintainer is mine and mine.query is query and mine.ring is query.ring
+    assert mine.keep_previous and seen == []  # logged batches are replayed, not re-delivered
+    assert_same_statistics(query, mine.result(), reference(batches[:3]))
+    sm.process_batch(layout(*batches[3]), 3)
+    assert len(seen) == 1 and seen[0].previous is not None
+    assert_same_statistics(query, mine.result(), reference(batches[:4]))
+    unsubscribe()
+    sm.process_batch(layout(*batches[4]), 4)
+    assert len(seen) == 1
+
+
+def test_a_batch_discarded_after_a_subscriber_error_keeps_the_subscribers(tmp_path):
+    every = stream(6)
+    batches = [every[3], *every[:2], every[4]]  # S first: each later batch changes the result
+    mine, seen = rm.Maintainer(make_query()), []
+
+    def subscriber(delta) -> None:
+        seen.append(delta)
+        if len(seen) == 1:
+            raise RuntimeError("transient failure")
+
+    mine.subscribe(subscriber)
+    sm = StreamingMaintainer(mine, tmp_path)
+    sm.process_batch(layout(*batches[0]), 0)
+    with pytest.raises(SubscriberError):
+        sm.process_batch(layout(*batches[1]), 1)
+    assert sm.maintainer is mine and sm.last_batch_id == 0  # back to the committed state
+    assert_same_statistics(mine.query, mine.result(), reference(batches[:1]))
+    for batch_id, batch in enumerate(batches[1:], start=1):  # Spark replays batch 1
+        sm.process_batch(layout(*batch), batch_id)
+    assert len(seen) == 4 and sm.maintainer is mine
+    assert_same_statistics(mine.query, mine.result(), reference(batches))
+
+
+def test_adopt_state_refuses_another_querys_maintainer():
+    mine = reference(stream(7))
+    before = pickle.dumps(mine)
+    for name, (other, component) in other_maintainers().items():
+        with pytest.raises(rm.SchemaError, match=rf"another query \(differing: .*{component}"):
+            mine.adopt_state(other)
+        assert pickle.dumps(mine) == before, name
+    with pytest.raises(InputTypeError, match="takes a Maintainer, got dict"):
+        mine.adopt_state({})
 
 
 def other_maintainers() -> dict[str, tuple[rm.Maintainer, str]]:
