@@ -96,7 +96,9 @@ def restore_maintainer(
     :func:`check_same_description`, which raises :class:`CheckpointError` naming what
     differs), the restored maintainer adopts ``like.query`` and its ring object, which takes
     the stored ring's state (e.g. covariance shifts): ``like.query.ring`` then reads the
-    restored results, and ``like`` itself should no longer be used.
+    restored results, and ``like`` itself should no longer be used (or takes the state:
+    :meth:`~ringml.Maintainer.adopt_state`).  A snapshot that cannot be read raises
+    :class:`CheckpointError` and leaves ``like`` as it was.
     """
     stream = io.BytesIO(data)
     try:
@@ -111,16 +113,25 @@ def restore_maintainer(
             "written by another ringml version: start from a fresh state folder"
         )
     header = loaded[2]
-    ring_class, ring_state = header["ring"]
-    if like is None:
-        ring = ring_class.__new__(ring_class)
-        _set_state(ring, pickle.loads(ring_state))
-        query = _Unpickler(io.BytesIO(header["query"]), {"ring": ring}).load()
-    else:
+    if like is not None:
         check_same_description(header.get("description"), like.description(), where)
-        query, ring = like.query, like.ring
-        _set_state(ring, pickle.loads(ring_state))
-    return _Unpickler(stream, {"ring": ring, "query": query}).load()
+    try:  # everything is read before like's ring changes: a failed restore leaves it as it was
+        ring_class, ring_blob = header["ring"]
+        ring_state = pickle.loads(ring_blob)
+        if like is None:
+            ring = ring_class.__new__(ring_class)
+            _set_state(ring, ring_state)
+            query = _Unpickler(io.BytesIO(header["query"]), {"ring": ring}).load()
+        else:
+            query, ring = like.query, like.ring
+        restored = _Unpickler(stream, {"ring": ring, "query": query}).load()
+    except CheckpointError:
+        raise
+    except Exception as error:  # noqa: BLE001 - any unpickling failure
+        raise CheckpointError(f"{where}: unreadable ({error})") from error
+    if like is not None:
+        _set_state(ring, ring_state)
+    return restored
 
 
 def snapshot_database(database: Any) -> bytes:
@@ -320,40 +331,42 @@ class StateCheckpoint:
 
         With ``like``, a state saved for another query, order, strategy, ... raises
         :class:`CheckpointError` naming what differs, and the restored maintainer adopts
-        ``like``'s query and ring (see :func:`restore_maintainer`).
+        ``like``'s query and ring (see :func:`restore_maintainer`).  A file that cannot be
+        read or re-applied raises :class:`CheckpointError` naming it; ``like`` stays as it was.
         """
-        maintainer, batch_id, meta = None, -1, {}
-        if os.path.exists(self.state_path):
-            with open(self.state_path, "rb") as handle:
-                try:
-                    record = pickle.load(handle)
-                except Exception as error:  # noqa: BLE001 - any unpickling failure
-                    raise CheckpointError(f"{self.state_path}: unreadable ({error})") from error
-            if not isinstance(record, dict) or "format" not in record:
-                raise CheckpointError(f"{self.state_path}: not a ringml state checkpoint")
-            if record["format"] != _FORMAT:
+        # every file is read and checked before the restore changes like's ring
+        record = (
+            _read_record(self.state_path, "maintainer") if os.path.exists(self.state_path) else None
+        )
+        batch_id = -1 if record is None else int(record["batch_id"])
+        logged = [
+            (log_id, _read_record(self._log_path(log_id), "batches"))
+            for log_id in self._log_ids()
+            if log_id > batch_id
+        ]
+        if record is None:
+            if logged:
                 raise CheckpointError(
-                    f"{self.state_path}: state format {record['format']} is not supported "
-                    f"(want {_FORMAT}); start from a fresh state folder"
+                    f"{self.directory}: batch {logged[0][0]} is logged but there is no snapshot"
                 )
-            where = f"the state in {self.directory}"
-            maintainer = self._restore(record["maintainer"], like, where)
-            batch_id, meta = int(record["batch_id"]), dict(record.get("meta") or {})
-        replayed = []
-        for log_id in self._log_ids():
-            if log_id <= batch_id:
-                continue
-            with open(self._log_path(log_id), "rb") as handle:
-                record = pickle.load(handle)
-            if maintainer is None:
+            self._since_snapshot = 0
+            return LoadedState(None, -1, {}, [])
+        before = dict(vars(like.ring)) if isinstance(like, Maintainer) else None
+        maintainer = self._restore(record["maintainer"], like, f"the state in {self.directory}")
+        meta = dict(record.get("meta") or {})
+        for log_id, entry in logged:
+            try:
+                maintainer.apply(_batches_from_log(entry["batches"]))
+            except Exception as error:  # noqa: BLE001 - the restore failed: like stays as it was
+                if before is not None:
+                    vars(like.ring).clear()
+                    vars(like.ring).update(before)
                 raise CheckpointError(
-                    f"{self.directory}: batch {log_id} is logged but there is no snapshot"
-                )
-            maintainer.apply(_batches_from_log(record["batches"]))
-            batch_id, meta = log_id, dict(record.get("meta") or meta)
-            replayed.append(log_id)
-        self._since_snapshot = len(replayed)
-        return LoadedState(maintainer, batch_id, meta, replayed)
+                    f"{self._log_path(log_id)}: its batches cannot be re-applied ({error})"
+                ) from error
+            batch_id, meta = log_id, dict(entry.get("meta") or meta)
+        self._since_snapshot = len(logged)
+        return LoadedState(maintainer, batch_id, meta, [log_id for log_id, _ in logged])
 
     def commit(
         self,
@@ -409,6 +422,24 @@ class StateCheckpoint:
             return []
         ids = [int(m.group(1)) for name in os.listdir(folder) if (m := _LOG_NAME.match(name))]
         return sorted(ids)
+
+
+def _read_record(path: str, content: str) -> dict[str, Any]:
+    """The record pickled in ``path`` (a state file or a log record holding ``content``);
+    :class:`CheckpointError` naming the file when it cannot be read or is not one."""
+    with open(path, "rb") as handle:
+        try:
+            record = pickle.load(handle)
+        except Exception as error:  # noqa: BLE001 - any unpickling failure
+            raise CheckpointError(f"{path}: unreadable ({error})") from error
+    if not isinstance(record, dict) or not {"format", "batch_id", content} <= record.keys():
+        raise CheckpointError(f"{path}: not a ringml state checkpoint")
+    if record["format"] != _FORMAT:
+        raise CheckpointError(
+            f"{path}: state format {record['format']} is not supported (want {_FORMAT}); "
+            "start from a fresh state folder"
+        )
+    return record
 
 
 def _batches_from_log(items) -> list[UpdateBatch]:

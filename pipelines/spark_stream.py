@@ -456,8 +456,9 @@ class StreamingMaintainer:
     ``maintainer`` is the initial state (e.g. with static relations loaded); when
     ``state_dir`` already holds a checkpoint, that state replaces it: it must have been
     saved for the same query, ring, variable order, strategy, ... (else
-    :class:`CheckpointError` names what differs), and it adopts ``maintainer``'s query and
-    ring object, so ``query.ring.statistics(sm.result())`` works after a restart.
+    :class:`CheckpointError` names what differs) and moves into ``maintainer``, which keeps
+    its identity, subscribers, query and ring object (:meth:`~ringml.Maintainer.adopt_state`),
+    so ``query.ring.statistics(sm.result())`` works after a restart.
     ``on_error`` is ``"reject"`` (raise :class:`FeedError`, apply nothing) or
     ``"dead_letter"`` (write bad rows to ``dead_letter_path``, apply the rest).
     ``on_batch(report)`` runs after every ``callback_every`` applied batches.
@@ -546,8 +547,11 @@ class StreamingMaintainer:
         self._dirty = False
 
     def _adopt(self, restored):
-        """The target holding a restored state (a subclass may move it into its own)."""
-        return restored
+        """The caller's target, holding a restored state (its identity and subscribers stay:
+        a restart or a discarded batch must not cut them off)."""
+        if restored is not self.maintainer:
+            self.maintainer.adopt_state(restored)
+        return self.maintainer
 
     def _relations(self) -> Mapping[str, Sequence[str]]:
         """The target's relations (a feed row's ``relation``) and their columns."""

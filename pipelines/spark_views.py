@@ -228,11 +228,6 @@ class StreamingViews(StreamingMaintainer):
         """A table's columns declared ``NULL`` take NULLs (an empty CSV field, JSON null)."""
         return {name: s.nullable for name, s in self.maintainer.tables.items() if s.nullable}
 
-    def _adopt(self, restored):
-        if restored is not self.maintainer:
-            self.maintainer.adopt_state(restored)
-        return self.maintainer
-
     def _reload(self) -> None:
         super()._reload()
         self._pending = self.meta.get(_PENDING)

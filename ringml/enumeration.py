@@ -52,7 +52,8 @@ def enumerate_nu(
     """Yield ``(decoded free values in query.free order, payload)`` for every result tuple.
 
     ``store_of`` gives the store of a materialized node; ``check_support``: stores track exact
-    derivation counts (entries exist iff their count is non-zero).
+    derivation counts (entries exist iff their count is non-zero; payloads are read without
+    the residue exact counts prove zero, :meth:`~ringml.rings.base.Ring.batch_without_residue`).
     """
     query = tree.query
     variables = list(tree.enumeration)
@@ -108,8 +109,9 @@ def enumerate_nu(
         if not keep.all():  # untracked counts: a view dropped a key whose payload is zero
             found = found[keep]
             factors = [(store, slots[keep]) for store, slots in factors]
+        product = reduce(ring.batch_mul, [store.take(slots) for store, slots in factors])
         payloads = ring.batch_to_list(
-            reduce(ring.batch_mul, [store.take(slots) for store, slots in factors])
+            ring.batch_without_residue(product) if check_support else product
         )
         decoded = levels[last].dictionary.decode(found)
         for i, payload in enumerate(payloads):

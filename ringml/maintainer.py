@@ -160,6 +160,29 @@ class Maintainer:
         state["_subscribers"] = []
         return state
 
+    def adopt_state(self, other: Maintainer) -> None:
+        """Take over the state of ``other`` (e.g. restored from a checkpoint like this
+        maintainer), which must have this maintainer's :meth:`description`; this object
+        keeps its identity, its subscribers and :attr:`keep_previous` (``other`` should not
+        be used afterwards)."""
+        if not isinstance(other, Maintainer):
+            raise InputTypeError(f"adopt_state takes a Maintainer, got {type(other).__name__}")
+        if other is self:
+            return
+        mine, theirs = self.description(), other.description()
+        differing = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        if differing:
+            raise SchemaError(
+                "cannot adopt the state of a maintainer of another query (differing: "
+                f"{', '.join(differing)})"
+            )
+        own = vars(self)
+        kept = {name: own[name] for name in ("_subscribers", "keep_previous") if name in own}
+        own.clear()
+        own.update(vars(other))
+        own.pop("keep_previous", None)
+        own.update(kept)
+
     # ------------------------------------------------------------------ updates
     def insert(self, relation: str, rows) -> ResultDelta | None:
         """Insert ``rows`` (a DataFrame or column mapping) into ``relation``."""
@@ -352,7 +375,7 @@ class Maintainer:
         """The query result: the root payload, or ``{group tuple: payload}`` with free vars."""
         if not self.query.free:
             codes, payload = self._stores[self.plan.root].entries()
-            elements = self.ring.batch_to_list(payload)
+            elements = self.ring.batch_to_list(self._read(payload))
             return elements[0] if elements else self.ring.zero()
         return dict(self.enumerate())
 
@@ -374,7 +397,7 @@ class Maintainer:
             self._dictionaries[v].decode(codes[:, p])
             for v, p in zip(self.query.free, positions, strict=True)
         ]
-        for i, element in enumerate(self.ring.batch_to_list(payload)):
+        for i, element in enumerate(self.ring.batch_to_list(self._read(payload))):
             yield tuple(column[i] for column in decoded), element
 
     def groups(self, at: np.ndarray | None = None) -> Groups:
@@ -390,7 +413,7 @@ class Maintainer:
         if at is None:
             slots = store.index.live_slots()
             codes = store.index.keys[slots][:, order] if free else np.zeros((len(slots), 0), int)
-            payload = store.take(slots)
+            payload = self._read(store.take(slots))
             support = store.support[slots] if self._ctx.track_support else None
             return Groups(free, codes, payload, support, self.ring, self.decode)
         at = np.asarray(at, dtype=np.int64)
@@ -402,7 +425,7 @@ class Maintainer:
         slots = store.lookup(at[:, back] if free else np.zeros((len(at), 0), np.int64))
         found = np.flatnonzero(slots >= 0)
         payload = self.ring.batch_scatter_add(
-            self.ring.batch_zeros(len(at)), found, store.take(slots[found])
+            self.ring.batch_zeros(len(at)), found, self._read(store.take(slots[found]))
         )
         support = None
         if self._ctx.track_support:
@@ -446,8 +469,14 @@ class Maintainer:
         keys = self.plan.views[view_id].keys
         decoded = [self._dictionaries[v].decode(codes[:, j]) for j, v in enumerate(keys)]
         return {
-            tuple(c[i] for c in decoded): p for i, p in enumerate(self.ring.batch_to_list(payload))
+            tuple(c[i] for c in decoded): p
+            for i, p in enumerate(self.ring.batch_to_list(self._read(payload)))
         }
+
+    def _read(self, payload):
+        """Stored payloads as reads show them: with exact counts (checked or trusted
+        deletes), without the rounding residue those counts prove zero."""
+        return self.ring.batch_without_residue(payload) if self._ctx.track_support else payload
 
     def decode(self, variable: str, codes) -> np.ndarray:
         """The values of ``variable`` behind integer codes (e.g. category keys of payloads)."""

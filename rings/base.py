@@ -361,6 +361,12 @@ class Ring(ABC, Generic[E, B]):
             return self.batch_take(batch, np.arange(n))
         return self.batch_concat([batch, self.batch_accumulator(n - size)])
 
+    def batch_without_residue(self, a: B) -> B:
+        """``a`` without the entries its exact counts prove zero when no multiplicity is
+        negative (checked deletes): rounding residue that a read should not show.  ``a``
+        itself when there is none (the default: rings without such entries)."""
+        return a
+
     def batch_is_negligible(self, a: B) -> np.ndarray:
         """Element-wise: zero up to floating rounding (exact rings: :meth:`batch_is_zero`)."""
         return self.batch_is_zero(a)

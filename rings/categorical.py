@@ -2758,6 +2758,34 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
         self._check_batch(payload)
         return self._fold(payload), False
 
+    def batch_without_residue(self, a: GCBatch) -> GCBatch:
+        """``a`` without the entries keyed by a category whose count in their row is 0:
+        with no negative multiplicity such a category has no rows, so what its
+        ``SUM(X_i) GROUP BY X_j`` entries still hold is the rounding residue of its deletes
+        (its count tables are exact).  ``a`` itself when no entry is dropped."""
+        self._check_batch(a)
+        batch = self._fold(a)
+        entry = batch.entry
+        if not entry.size:
+            return a
+        rows, key1, key2 = batch.rows, batch.key1, batch.key2
+        var1, var2 = self._key_variables(entry)
+        second = np.flatnonzero(var2 >= 0)  # Q_jk: key2 = x_k
+        keys = _pair_keys(
+            np.concatenate([rows, rows[second]]) * self.degree
+            + np.concatenate([var1, var2[second]]),
+            np.concatenate([key1, key2[second]]),
+        )
+        first, paired = keys[: entry.size], keys[entry.size :]
+        present = first[entry < self._q]  # the count tables s_j: key1 = x_j
+        keep = np.isin(first, present)
+        keep[second] &= np.isin(paired, present)
+        if keep.all():
+            return a
+        kept = (rows[keep], entry[keep], key1[keep], key2[keep], batch.value[keep])
+        dense = (batch.count.copy(), batch.sums.copy(), batch.prods.copy())
+        return self._make(*dense, *kept, coalesce=False)
+
     def used_codes(self, payload: GCPayload | GCBatch) -> dict[str, np.ndarray]:
         """The category codes of every categorical variable that the payload's entries hold
         (sorted, unique)."""
@@ -2797,3 +2825,13 @@ class GeneralizedCovarianceRing(Ring[GCPayload, GCBatch]):
             batch.value,
         )
         return self.batch_to_list(out)[0] if scalar else out
+
+
+def _pair_keys(groups: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """One value per ``(group, code)`` pair, equal where the pairs are: a packed int64 where
+    it fits (fast to compare), else the pair's bytes."""
+    packed = GeneralizedCovarianceRing._merge_keys(groups, codes, np.zeros_like(codes))
+    if packed is not None:
+        return packed
+    table = np.ascontiguousarray(np.stack([groups, codes], axis=1), dtype=np.int64)
+    return table.view(np.dtype((np.void, 16))).ravel()

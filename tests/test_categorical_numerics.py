@@ -183,6 +183,62 @@ def test_maintainer_over_a_join_is_exact_to_1e9_under_deletes(mean):
     assert relative_error(naive.covariance[0, 0], exact.cov("x", "x")) > 1e-3
 
 
+@pytest.mark.parametrize("free, tree", [((), "tau"), (("g",), "tau"), (("g",), "nu")])
+def test_a_category_deleted_whole_leaves_no_residue_in_the_read_payload(free, tree):
+    """Its SUM(X) GROUP BY entries keep the rounding residue of the deletes in the stores;
+    exact counts prove them zero, so reads drop them and the statistics of the categories
+    count_tables lists work (they raised: category 0 of 'c' is not in the given categories)."""
+    rng = np.random.default_rng(11)
+    n = 400
+    rows = pd.DataFrame(
+        {
+            "g": rng.integers(0, 2, n),
+            "c": rng.integers(0, 3, n),
+            "x": rng.normal(1e3, 7.3, n),
+            "y": rng.normal(-5.0, 3.1, n),
+        }
+    )
+    query = covariance_query({"R": ["g", "c", "x", "y"]}, ["x", "y", "c"], ["c"], free=free)
+    m = Maintainer(query, tree=tree)
+    for start in range(0, n, 7):
+        m.apply(UpdateBatch.inserts("R", rows.iloc[start : start + 7]))
+    gone = rows[rows.c == 0]
+    for start in range(0, len(gone), 5):
+        m.apply(UpdateBatch.deletes("R", gone.iloc[start : start + 5]))
+    kept = rows[rows.c != 0]
+    payloads = m.result() if free else {(): m.result()}
+    ring = query.ring
+    assert set(payloads) == ({(g,) for g in kept.g.unique()} if free else {()})
+    for group, payload in payloads.items():
+        part = kept[kept.g == group[0]] if free else kept
+        tables = ring.count_tables(payload)
+        codes = {"c": sorted(tables[("c",)])}
+        assert codes["c"] == sorted(part.c.unique())
+        stats = ring.statistics(payload, codes)
+        assert stats.count == len(part) and 0 not in ring.used_codes(payload)["c"]
+        np.testing.assert_allclose(stats.mean[:2], part[["x", "y"]].mean(), rtol=1e-12)
+        for code in codes["c"]:
+            inside = part.c == code
+            np.testing.assert_allclose(
+                ring.entry(payload, "x", "c")[code], part.x[inside].sum(), rtol=1e-12
+            )
+    if not free:
+        view = m.view(m.plan.views[m.plan.root].name)
+        assert 0 not in ring.used_codes(next(iter(view.values())))["c"]
+
+
+def test_unchecked_deletes_keep_the_entries_of_a_zero_count_category():
+    """With allow_absent_deletes a zero count proves nothing: delete another row than the
+    one inserted and the category's SUM(X) is real data (-1), not residue."""
+    query = covariance_query({"R": ["c", "x"]}, ["x", "c"], ["c"])
+    m = Maintainer(query, allow_absent_deletes=True)
+    m.apply(UpdateBatch.inserts("R", pd.DataFrame({"c": [0, 1], "x": [1.0, 5.0]})))
+    m.apply(UpdateBatch.deletes("R", pd.DataFrame({"c": [0], "x": [2.0]})))
+    payload = m.result()
+    assert query.ring.count_tables(payload)[("c",)] == {1: 1.0}
+    assert query.ring.entry(payload, "x", "c") == {0: -1.0, 1: 5.0}
+
+
 # ------------------------------------------------------------------------ regression
 def regression_data(rng: np.random.Generator, n_facts: int = 6_000, n_stores: int = 60):
     stores = pd.DataFrame(

@@ -1065,3 +1065,34 @@ def test_used_codes_and_recode_of_an_accumulator():
     with pytest.raises(RingError, match="1-d integer array"):
         ring.recode(acc, {"u": np.array([0.5, 1.0])})
     assert ring.batch_to_list(acc) == ring.batch_to_list(ring.batch_take(acc, [0, 1, 2]))
+
+
+@pytest.mark.parametrize("code", [7, 2**62])  # a packed key, and one too wide to pack
+def test_batch_without_residue_drops_entries_of_uncounted_categories(code):
+    ring = G(["x"], ["c", "d"], shift=False)
+    counted = {1: 2.0}, {code: 2.0}
+    residue = GCPayload(
+        2.0,
+        {0: 3.0, 1: counted[0], 2: counted[1]},
+        {
+            (0, 0): 5.0,
+            (0, 1): {0: 1e-13, 1: 3.0},  # c = 0 has no count: residue
+            (0, 2): {code: 3.0, 5: -1e-14},
+            (1, 1): counted[0],
+            (2, 2): counted[1],
+            (1, 2): {(1, code): 2.0, (0, code): 1e-15},
+        },
+    )
+    clean = GCPayload(
+        2.0,
+        residue.sums,
+        {
+            **residue.products,
+            (0, 1): {1: 3.0},
+            (0, 2): {code: 3.0},
+            (1, 2): {(1, code): 2.0},
+        },
+    )
+    out = ring.batch_without_residue(ring.batch_from([clean, residue]))
+    assert ring.batch_to_list(out) == [clean, clean]
+    assert ring.batch_without_residue(out) is out  # nothing to drop: the batch itself

@@ -19,12 +19,14 @@ from ringml.rings.categorical import GeneralizedCovarianceRing
 from ringml.rings.scalar import IntegerRing
 
 import ringml as rm
+from ringml.errors import InputTypeError, SubscriberError
 from ringml.predicates import col, opaque
 
 pa = pytest.importorskip("pyarrow")
 
 from ringml.pipelines.spark_checkpoint import (  # noqa: E402
     CheckpointError,
+    StateCheckpoint,
     restore_maintainer,
     snapshot_maintainer,
 )
@@ -127,6 +129,62 @@ def test_restart_resumes_and_the_readme_idiom_works(tmp_path, snapshot_every):
     assert query.ring.statistics(sm.result()).count > 0
 
 
+@pytest.mark.parametrize("snapshot_every", [1, 2])
+def test_a_restart_moves_the_state_into_the_callers_maintainer(tmp_path, snapshot_every):
+    batches = stream(5)
+    sm = StreamingMaintainer(rm.Maintainer(make_query()), tmp_path, snapshot_every=snapshot_every)
+    for batch_id, batch in enumerate(batches[:3]):
+        sm.process_batch(layout(*batch), batch_id)
+    query = make_query()
+    mine, seen = rm.Maintainer(query), []
+    mine.keep_previous = True
+    unsubscribe = mine.subscribe(seen.append)
+    sm = StreamingMaintainer(mine, tmp_path, snapshot_every=snapshot_every)
+    assert sm.maintainer is mine and mine.query is query and mine.ring is query.ring
+    assert mine.keep_previous and seen == []  # logged batches are replayed, not re-delivered
+    assert_same_statistics(query, mine.result(), reference(batches[:3]))
+    sm.process_batch(layout(*batches[3]), 3)
+    assert len(seen) == 1 and seen[0].previous is not None
+    assert_same_statistics(query, mine.result(), reference(batches[:4]))
+    unsubscribe()
+    sm.process_batch(layout(*batches[4]), 4)
+    assert len(seen) == 1
+
+
+def test_a_batch_discarded_after_a_subscriber_error_keeps_the_subscribers(tmp_path):
+    every = stream(6)
+    batches = [every[3], *every[:2], every[4]]  # S first: each later batch changes the result
+    mine, seen = rm.Maintainer(make_query()), []
+
+    def subscriber(delta) -> None:
+        seen.append(delta)
+        if len(seen) == 1:
+            raise RuntimeError("transient failure")
+
+    mine.subscribe(subscriber)
+    sm = StreamingMaintainer(mine, tmp_path)
+    sm.process_batch(layout(*batches[0]), 0)
+    with pytest.raises(SubscriberError):
+        sm.process_batch(layout(*batches[1]), 1)
+    assert sm.maintainer is mine and sm.last_batch_id == 0  # back to the committed state
+    assert_same_statistics(mine.query, mine.result(), reference(batches[:1]))
+    for batch_id, batch in enumerate(batches[1:], start=1):  # Spark replays batch 1
+        sm.process_batch(layout(*batch), batch_id)
+    assert len(seen) == 4 and sm.maintainer is mine
+    assert_same_statistics(mine.query, mine.result(), reference(batches))
+
+
+def test_adopt_state_refuses_another_querys_maintainer():
+    mine = reference(stream(7))
+    before = pickle.dumps(mine)
+    for name, (other, component) in other_maintainers().items():
+        with pytest.raises(rm.SchemaError, match=rf"another query \(differing: .*{component}"):
+            mine.adopt_state(other)
+        assert pickle.dumps(mine) == before, name
+    with pytest.raises(InputTypeError, match="takes a Maintainer, got dict"):
+        mine.adopt_state({})
+
+
 def other_maintainers() -> dict[str, tuple[rm.Maintainer, str]]:
     """Maintainers that must not resume the base state, and the component named."""
     cov = rm.covariance_query
@@ -226,6 +284,45 @@ def test_a_snapshot_without_a_description_is_refused():
     with pytest.raises(CheckpointError, match="records no query description"):
         restore_maintainer(forged, like=rm.Maintainer(make_query()))
     assert restore_maintainer(forged).result().count > 0  # without a guard it still loads
+
+
+def test_a_truncated_snapshot_is_refused_and_leaves_like_as_it_was():
+    data = snapshot_maintainer(reference(stream(3)))
+    like = reference(stream(4))  # other values: other shifts
+    ring_state, want = pickle.dumps(vars(like.ring)), like.ring.statistics(like.result())
+    for cut in (3, len(data) // 2):
+        with pytest.raises(CheckpointError, match=r"^the snapshot: unreadable \(.*truncated"):
+            restore_maintainer(data[:-cut], like=like)
+        assert pickle.dumps(vars(like.ring)) == ring_state, cut  # not the snapshot's shifts
+    np.testing.assert_array_equal(like.ring.statistics(like.result()).mean, want.mean)
+
+
+def test_a_bad_log_record_is_refused_naming_it_and_leaves_like_as_it_was(tmp_path):
+    batches = stream(3)
+    sm = StreamingMaintainer(reference(batches[:1]), tmp_path, snapshot_every=10)
+    for batch_id, batch in enumerate(batches[1:3], start=1):
+        sm.process_batch(layout(*batch), batch_id)
+    log = tmp_path / "log" / f"{2:012d}.pkl"
+    good = log.read_bytes()
+    record = pickle.loads(good)
+    unknown = {**record, "batches": [("Z", pd.DataFrame({"a": [1]}), None)]}
+    cases = {
+        "unreadable \\(.*truncated": good[: len(good) // 2],
+        "not a ringml state checkpoint": pickle.dumps(["not", "a", "record"]),
+        "its batches cannot be re-applied \\(unknown relation 'Z'": pickle.dumps(unknown),
+    }
+    like = reference(stream(4))
+    ring_state = pickle.dumps(vars(like.ring))
+    for problem, content in cases.items():
+        log.write_bytes(content)
+        with pytest.raises(CheckpointError, match=f"^{re.escape(str(log))}: {problem}"):
+            StateCheckpoint(tmp_path, 10).load(like=like)
+        assert pickle.dumps(vars(like.ring)) == ring_state, problem
+    log.write_bytes(good)
+    query = make_query()
+    loaded = StateCheckpoint(tmp_path, 10).load(like=rm.Maintainer(query))
+    assert loaded.batch_id == 2 and loaded.replayed == [1, 2]
+    assert_same_statistics(query, loaded.maintainer.result(), reference(batches[:3]))
 
 
 def test_opaque_filters_cannot_be_checkpointed(tmp_path):
