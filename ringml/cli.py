@@ -339,7 +339,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     explain.set_defaults(run=_explain, parser=explain)
     args = parser.parse_args(argv)
-    return args.run(args)
+    try:
+        code = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in Python's flush at exit
+    except BrokenPipeError:  # the reader left (ringml explain ... | head -1): stop quietly
+        # Python flushes stdout again at exit; that flush must not fail too
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return code
 
 
 if __name__ == "__main__":

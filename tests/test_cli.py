@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from ringml.cli import main
@@ -13,6 +16,15 @@ def test_explain_prints_the_plan(capsys):
     out = capsys.readouterr().out
     assert out.startswith("strategy: fivm; ring: CovarianceRing")
     assert "variable order: postcode{" in out
+
+
+def test_explain_into_a_closed_pipe_stops_quietly():
+    """``ringml explain housing | head -1``: a reader that left is no error to report."""
+    command = [sys.executable, "-m", "ringml", "explain", "housing"]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child.stdout.close()  # before the child writes: its writes find no reader
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=120) == 1 and err == ""
 
 
 @pytest.mark.parametrize(
