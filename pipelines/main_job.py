@@ -383,15 +383,18 @@ def run_main_job(config: JobConfig = JobConfig(), out: Callable[[str], Any] = pr
             t0 = time.perf_counter()
             model.maintainer_ = streaming.maintainer  # the committed state
             model.partial_fit([])  # no rows: refit from the maintained payload
-            _, tree = _categorical_tree(model)
-            tree_holder["tree"] = tree
+            mi, tree = _categorical_tree(model)
+            tree_holder["mi"], tree_holder["tree"] = mi, tree
             refit = time.perf_counter() - t0
             report.refresh_seconds += refit
             record = logger.log_refresh(
                 model,
                 rows_applied=batch.applied,
                 seconds=batch.seconds + refit,
+                step=batch.batch_id,  # the batch number the report and dead letters show
                 extra_metrics={
+                    "inserts": batch.inserts,
+                    "deletes": batch.deletes,
                     "bad_rows": len(batch.bad_rows),
                     "chow_liu_total_mi": sum(w for *_, w in tree.edges(data="weight")),
                 },
@@ -421,8 +424,8 @@ def run_main_job(config: JobConfig = JobConfig(), out: Callable[[str], Any] = pr
         )
         report.seconds = _drain(streaming, spark, feed, paths["checkpoint"], "ringml")
         if "tree" in tree_holder:
-            logger.log_chow_liu(
-                tree_holder["tree"], title="Chow-Liu tree of the categorical variables"
+            logger.log_chow_liu(  # the MI matrix: mutual_info.csv beside the tree
+                tree_holder["mi"], title="Chow-Liu tree of the categorical variables"
             )
         report.run_id = logger.run_id
     report.micro_batches = len(streaming.reports)
