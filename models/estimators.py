@@ -720,7 +720,11 @@ class JoinRegressor(_JoinModel):
     covariance ring; their one-hot columns ``(variable, category)`` are built inside the
     solver for the categories present (``drop="first"`` drops the first category per
     variable; see :mod:`ringml.models.regression`).  ``ridge`` is the per-row ``λ``
-    (scikit-learn ``Ridge(alpha=λ·n)`` on the ``n`` join rows).
+    (scikit-learn ``Ridge(alpha=λ·n)`` on the ``n`` join rows).  ``fit_intercept``,
+    ``solver``, ``tol`` (BGD stops once the gradient bounds the coefficients' relative
+    error by it) and ``max_iter`` (BGD's iteration cap per refit) are as for
+    :class:`SufficientStatsRegressor`.  ``order`` is the maintainer's variable order
+    (:class:`ringml.Maintainer`; default automatic).
 
     ``partial_fit(batches)``: a mapping relation -> DataFrame of inserts, an
     :class:`~ringml.UpdateBatch` (signed multiplicities), a stream batch, or a list of
@@ -963,7 +967,8 @@ class JoinChowLiu(_JoinModel):
     first batch that carries it (values outside are clipped into the end bins), so a
     delete always lands in the bin of its insert.  Only non-join variables can be binned.
     ``relations`` may be a SQL query over ``catalog``'s tables, as for :class:`JoinRegressor`
-    (its selected columns are the variables).
+    (its selected columns are the variables).  ``order`` is the maintainer's variable order
+    (:class:`ringml.Maintainer`; default automatic).
 
     ``windows``, ``lateness``, ``late``: a sliding window over stream tables, as for
     :class:`JoinRegressor` (a binned variable's bins are fixed before rows enter a window,

@@ -597,8 +597,12 @@ class CovarianceRegression:
     variable of the ring).  Each :meth:`refresh` solves on the current payload starting
     from the previous coefficients (``warm_start=True``) and the previous BB step;
     ``warm_start=False`` restarts from zero every time (the reference's SCRATCH).
-    ``history`` keeps every :class:`RegressionResult`; ``total_iterations`` sums their
-    iterations.  See the module docstring for ``ridge``, ``drop`` and the solvers.
+    ``history`` keeps every :class:`RegressionResult` (none with ``keep_history=False``,
+    for long streams); ``total_iterations`` sums their iterations either way.
+    ``stopping="tight"`` (default) stops BGD when the gradient bounds the coefficients'
+    relative error by ``tol``; ``"reference"`` uses the reference solver's looser rules.
+    ``fit_intercept=False`` fits no intercept.  See the module docstring for ``ridge``,
+    ``drop``, ``tol``, ``max_iter``, ``armijo_memory`` and the solvers.
     """
 
     def __init__(

@@ -48,7 +48,10 @@ from .mlflow_tracking import PromotionRule, RefreshLogger
 from .spark_session import local_session, spark_unavailable
 from .spark_stream import ChangeFeed, StreamingMaintainer, spark_types_of, write_stream_files
 
-__all__ = ["CATEGORICAL", "CONTINUOUS", "LABEL", "JobConfig", "JobReport", "run_main_job"]
+__all__ = [
+    "CATEGORICAL", "CONTINUOUS", "LABEL", "JobConfig", "JobReport", "JobSetupError",
+    "run_main_job",
+]  # fmt: skip
 
 LABEL = "price"
 CONTINUOUS = [
@@ -115,14 +118,39 @@ class JobReport:
         )
 
 
+class JobSetupError(RuntimeError):
+    """The job cannot start here (no Spark, a work folder it would overwrite); it wrote
+    nothing."""
+
+
+#: the file that marks a work folder as the demo's: only there it deletes its sub-folders
+MARKER = ".ringml-demo"
+_PER_RUN = ("feeds", "checkpoint", "state", "dead-letters")
+
+
 def _fresh_workdir(workdir: Path) -> dict[str, Path]:
-    """Sub-folders of one run; the stream's state is new each run, the MLflow store stays."""
-    paths = {
-        name: workdir / name for name in ("feeds", "checkpoint", "state", "dead-letters", "mlflow")
-    }
-    for name in ("feeds", "checkpoint", "state", "dead-letters"):
+    """Sub-folders of one run; the stream's state is new each run, the MLflow store stays.
+
+    Raises :class:`JobSetupError` when ``workdir`` holds one of the per-run sub-folders
+    but not the :data:`MARKER` of an earlier run: they are someone else's.
+    """
+    paths = {name: workdir / name for name in (*_PER_RUN, "mlflow")}
+    if not (workdir / MARKER).is_file():
+        for name in _PER_RUN:
+            if paths[name].exists():
+                raise JobSetupError(
+                    f"{paths[name]} exists, and the demo did not make it (no {MARKER} file "
+                    f"in {workdir}); each run deletes its {', '.join(_PER_RUN)} there, so "
+                    "move that folder away or choose another --workdir"
+                )
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / MARKER).write_text(
+        f"ringml demo's work folder: each run deletes {', '.join(_PER_RUN)} here\n",
+        encoding="utf-8",
+    )
+    for name in _PER_RUN:
         shutil.rmtree(paths[name], ignore_errors=True)
-    paths["mlflow"].mkdir(parents=True, exist_ok=True)
+    paths["mlflow"].mkdir(exist_ok=True)
     return paths
 
 
@@ -211,7 +239,7 @@ def _require_spark() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no loopback-address warning
     reason = spark_unavailable()
     if reason is not None:
-        raise RuntimeError(f"the main job needs Spark: {reason} (scripts/demo.sh installs it)")
+        raise JobSetupError(f"the main job needs Spark: {reason} (scripts/demo.sh installs it)")
 
 
 def _drain(streaming, spark, feed, checkpoint: Path, query_name: str) -> float:
@@ -301,7 +329,6 @@ def run_main_job(config: JobConfig = JobConfig(), out: Callable[[str], Any] = pr
     _require_spark()
     started = time.perf_counter()
     workdir = Path(config.workdir).resolve()
-    paths = _fresh_workdir(workdir)
     data = housing_star(postcodes=config.postcodes, seed=config.seed)
     schemas = data.schemas
     stream = build_stream(
@@ -310,7 +337,6 @@ def run_main_job(config: JobConfig = JobConfig(), out: Callable[[str], Any] = pr
         delete_fraction=config.delete_fraction,
         seed=config.seed,
     )
-    feed, feed_rows = _write_feed(paths, stream, data, config)
     holdout = housing_star(postcodes=max(10, config.postcodes // 5), seed=config.seed + 1000)
     holdout = holdout.join()[[*CONTINUOUS, *CATEGORICAL, LABEL]]
     holdout = holdout.sample(min(5000, len(holdout)), random_state=config.seed)
@@ -323,6 +349,8 @@ def run_main_job(config: JobConfig = JobConfig(), out: Callable[[str], Any] = pr
         ridge=config.ridge,
         handle_unknown="ignore",
     ).fit()
+    paths = _fresh_workdir(workdir)  # the config held: now the disk
+    feed, feed_rows = _write_feed(paths, stream, data, config)
     # under `mlflow run`, MLFLOW_TRACKING_URI and MLFLOW_RUN_ID say where to log
     tracking_uri = config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     logger = RefreshLogger(
@@ -355,15 +383,18 @@ def run_main_job(config: JobConfig = JobConfig(), out: Callable[[str], Any] = pr
             t0 = time.perf_counter()
             model.maintainer_ = streaming.maintainer  # the committed state
             model.partial_fit([])  # no rows: refit from the maintained payload
-            _, tree = _categorical_tree(model)
-            tree_holder["tree"] = tree
+            mi, tree = _categorical_tree(model)
+            tree_holder["mi"], tree_holder["tree"] = mi, tree
             refit = time.perf_counter() - t0
             report.refresh_seconds += refit
             record = logger.log_refresh(
                 model,
                 rows_applied=batch.applied,
                 seconds=batch.seconds + refit,
+                step=batch.batch_id,  # the batch number the report and dead letters show
                 extra_metrics={
+                    "inserts": batch.inserts,
+                    "deletes": batch.deletes,
                     "bad_rows": len(batch.bad_rows),
                     "chow_liu_total_mi": sum(w for *_, w in tree.edges(data="weight")),
                 },
@@ -393,8 +424,8 @@ def run_main_job(config: JobConfig = JobConfig(), out: Callable[[str], Any] = pr
         )
         report.seconds = _drain(streaming, spark, feed, paths["checkpoint"], "ringml")
         if "tree" in tree_holder:
-            logger.log_chow_liu(
-                tree_holder["tree"], title="Chow-Liu tree of the categorical variables"
+            logger.log_chow_liu(  # the MI matrix: mutual_info.csv beside the tree
+                tree_holder["mi"], title="Chow-Liu tree of the categorical variables"
             )
         report.run_id = logger.run_id
     report.micro_batches = len(streaming.reports)

@@ -542,7 +542,9 @@ class RefreshLogger:
     holdout : DataFrame with the feature columns and the label, scored on every refresh.
     promotion : a :class:`PromotionRule`, or None to never promote by rule.
     input_example : rows of feature columns for the model's signature and input example
-        (default: the first rows of ``holdout``; else one synthetic row).
+        (default: ``holdout``; else one synthetic row).
+    example_rows : how many evenly spaced rows of ``input_example`` (or ``holdout``) a
+        logged model gets as its input example.
     extra_params : logged with the model's params (e.g. the stream's batch size).
     tags : run tags.
     pip_requirements : the logged model's requirements (default: pinned ``mlflow``,

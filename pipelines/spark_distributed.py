@@ -544,9 +544,13 @@ def _root_bytes(maintainer: Maintainer, free: bool) -> bytes:
 class DistributedMaintainer:
     """A maintainer whose views are sharded over Spark executors (see the module docs).
 
-    Same query arguments as :class:`ringml.Maintainer`; ``shards`` is the number of
-    shards; ``state_dir`` holds the shards' states and the driver's manifest (a temporary
-    folder when omitted; pass one to survive a restart: an existing manifest is resumed).
+    ``spark`` is the SparkSession that runs the shards' jobs; ``query``, ``updatable``,
+    ``order`` and ``strategy`` are as for :class:`ringml.Maintainer`, and ``**options``
+    (e.g. ``allow_absent_deletes=True``) go to every shard's Maintainer.  ``shards`` is the
+    number of shards; ``state_dir`` holds the shards' states and the driver's manifest (a
+    temporary folder when omitted; pass one to survive a restart: an existing manifest is
+    resumed).  ``cache=True`` lets each Python worker keep the last state it wrote for a
+    shard in memory, so a shard that comes back to it skips reading its snapshot.
     """
 
     def __init__(

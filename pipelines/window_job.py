@@ -213,7 +213,6 @@ def run_window_job(
         raise ValueError("window_days, days and days_per_batch must be >= 1")
     started = time.perf_counter()
     workdir = Path(config.workdir).resolve()
-    paths = _fresh_workdir(workdir)
     rng = np.random.default_rng(config.seed)
     dims, all_sales = housing_sales(
         config.postcodes, config.sales_per_postcode, config.days, config.seed
@@ -225,7 +224,6 @@ def run_window_job(
     holdout = holdout[[*CONTINUOUS, *CATEGORICAL, LABEL]]
     arrival = _arrivals(sales, config, rng)
     types = {"sold": "timestamp", **spark_types_of(sales.drop(columns="sold"))}
-    frames = _write_feed(paths["feeds"], sales, arrival, config, types)
     schemas = {"House": [c for c in sales.columns if c != "sold"]}
     schemas.update({name: list(frame.columns) for name, frame in dims.items()})
     window = f"RANGE {config.window_days} DAYS"
@@ -243,6 +241,8 @@ def run_window_job(
         late="dead_letter",
     )
     history = regressor()  # the same model over every sale so far, for comparison
+    paths = _fresh_workdir(workdir)  # the config held: now the disk
+    frames = _write_feed(paths["feeds"], sales, arrival, config, types)
     tracking_uri = config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     logger = RefreshLogger(
         config.model_name,

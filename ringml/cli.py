@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlparse
 
 #: options of one demo mode only: (flag, attribute)
 _STREAM_ONLY = [
@@ -37,6 +40,73 @@ def _non_negative(text: str) -> float:
     return value
 
 
+def _delete_fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 0.5:  # deletes never outnumber the inserts they delete
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number in [0, 0.5]")
+    return value
+
+
+#: Spark's master URLs: local[N] (N threads, or * for one per core), a cluster manager
+_SPARK_MASTER = re.compile(
+    r"local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\[\d+,\d+,\d+\]|yarn"
+    r"|(spark|k8s|mesos)://\S+"
+)
+
+
+def _spark_master(text: str) -> str:
+    if _SPARK_MASTER.fullmatch(text) is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a Spark master URL (local, local[N], local[*], "
+            "spark://HOST:PORT, yarn, k8s://...)"
+        )
+    return text
+
+
+#: the URI schemes MLflow has a tracking store for ('': a local folder)
+_MLFLOW_SCHEMES = {
+    "", "file", "http", "https", "sqlite", "postgresql", "mysql", "mssql",
+    "databricks", "databricks-uc", "uc",
+}  # fmt: skip
+
+
+def _tracking_uri(text: str) -> str:
+    scheme = urlparse(text).scheme.lower().split("+")[0]  # postgresql+psycopg2: postgresql
+    if scheme not in _MLFLOW_SCHEMES:
+        known = ", ".join(sorted(_MLFLOW_SCHEMES - {""}))
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: MLflow has no tracking store for {scheme!r} URIs ({known})"
+        )
+    return text
+
+
+def _workdir(text: str) -> str:
+    path = Path(text).resolve()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a folder")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text!r}: {existing} is not writable")
+    return text
+
+
+def _run_job(job, config) -> int:
+    """0 when ``job(config)``'s checks pass, else 1; a job that cannot start here (no
+    Java, a folder the demo did not make) is a one-line error, not a traceback."""
+    from .pipelines.main_job import JobSetupError
+
+    try:
+        return 0 if job(config).ok else 1
+    except JobSetupError as error:
+        print(f"ringml demo: error: {error}", file=sys.stderr)
+        return 1
+
+
 def _demo(args: argparse.Namespace) -> int:
     given = [flag for flag, name in _STREAM_ONLY if getattr(args, name) not in (None, False)]
     if args.window is not None:
@@ -46,11 +116,16 @@ def _demo(args: argparse.Namespace) -> int:
     given = [flag for flag, name in _WINDOW_ONLY if getattr(args, name) is not None]
     if given:
         args.parser.error(f"{', '.join(given)}: only with --window")
+    deletes = 0.3 if args.deletes is None else args.deletes
+    if deletes > 0 and args.batch_size == 1:
+        args.parser.error(
+            "--batch-size 1: deletes need a batch size of at least 2 (or --deletes 0)"
+        )
     from .pipelines.main_job import JobConfig, run_main_job
 
     config = JobConfig(
         postcodes=1000 if args.postcodes is None else args.postcodes,
-        delete_fraction=0.3 if args.deletes is None else args.deletes,
+        delete_fraction=deletes,
         batch_size=1000 if args.batch_size is None else args.batch_size,
         micro_batches=24 if args.micro_batches is None else args.micro_batches,
         seed=args.seed,
@@ -61,7 +136,7 @@ def _demo(args: argparse.Namespace) -> int:
         malformed_rows=not args.no_malformed_rows,
         progress=not args.no_progress,
     )
-    return 0 if run_main_job(config).ok else 1
+    return _run_job(run_main_job, config)
 
 
 def _window_demo(args: argparse.Namespace) -> int:
@@ -81,7 +156,7 @@ def _window_demo(args: argparse.Namespace) -> int:
         master=args.master,
         progress=not args.no_progress,
     )
-    return 0 if run_window_job(config).ok else 1
+    return _run_job(run_window_job, config)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -162,9 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     demo.add_argument(
         "--deletes",
-        type=float,
+        type=_delete_fraction,
         default=None,
-        help="fraction of the stream that deletes earlier inserts (default 0.3)",
+        help="fraction of the stream that deletes earlier inserts, in [0, 0.5] (default 0.3; "
+        "deletes need --batch-size 2 or more)",
     )
     demo.add_argument(
         "--batch-size",
@@ -196,21 +272,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument(
-        "--ridge", type=float, default=1e-3, help="per-row ridge penalty (default 1e-3)"
+        "--ridge", type=_non_negative, default=1e-3, help="per-row ridge penalty (default 1e-3)"
     )
     demo.add_argument(
         "--workdir",
+        type=_workdir,
         default=None,
         help="folder for the feed, checkpoints, dead letters and the MLflow store "
-        "(default ./ringml-demo, with --window ./ringml-demo-window)",
+        "(default ./ringml-demo, with --window ./ringml-demo-window); each run replaces its "
+        "feeds, checkpoint, state and dead-letters sub-folders, and refuses to start where "
+        "one of them exists that an earlier demo did not make",
     )
     demo.add_argument(
         "--tracking-uri",
+        type=_tracking_uri,
         default=None,
         help="log to this MLflow tracking URI instead (default: $MLFLOW_TRACKING_URI, "
         "else WORKDIR/mlflow/mlflow.db)",
     )
-    demo.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    demo.add_argument(
+        "--master", type=_spark_master, default="local[2]", help="Spark master (default local[2])"
+    )
     demo.add_argument(
         "--no-malformed-rows",
         action="store_true",
@@ -257,7 +339,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     explain.set_defaults(run=_explain, parser=explain)
     args = parser.parse_args(argv)
-    return args.run(args)
+    try:
+        code = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in Python's flush at exit
+    except BrokenPipeError:  # the reader left (ringml explain ... | head -1): stop quietly
+        # Python flushes stdout again at exit; that flush must not fail too
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return code
 
 
 if __name__ == "__main__":

@@ -60,7 +60,14 @@ class Maintainer:
 
     ``updatable`` names the relations that change (default: all); the others are static and
     loaded once with :meth:`load`.  ``order`` is a :class:`VariableOrder`, its text format, a
-    nested mapping, or one of ``"auto"`` (default), ``"canonical"``, ``"free_connex"``.
+    nested mapping, or one of ``"canonical"``, ``"free_connex"`` and ``"auto"`` (as None,
+    the default: a free-connex order when the query has free variables and one exists,
+    else :meth:`VariableOrder.auto`).  ``strategy`` (one of :data:`STRATEGIES`) picks how
+    deltas are propagated: ``"fivm"`` (default) through the view tree of ``order``;
+    ``"first_order"`` classic IVM, every base relation stored and a delta joined with all
+    the others; ``"recompute"`` every base relation stored, the result recomputed on every
+    batch; ``"higher_order"`` DBToaster's recursive delta views.
+
     ``tree="nu"`` builds ν (F-IVM §8.1) instead of τ: grouped results stay factorized over
     H/V views (linear in the database for free-connex queries) and are enumerated with
     constant delay; its default order is canonical (q-hierarchical) or free-connex.
