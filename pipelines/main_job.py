@@ -381,7 +381,6 @@ def run_main_job(config: JobConfig = JobConfig(), out: Callable[[str], Any] = pr
 
         def refresh(batch) -> None:
             t0 = time.perf_counter()
-            model.maintainer_ = streaming.maintainer  # the committed state
             model.partial_fit([])  # no rows: refit from the maintained payload
             mi, tree = _categorical_tree(model)
             tree_holder["mi"], tree_holder["tree"] = mi, tree

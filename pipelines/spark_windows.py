@@ -31,10 +31,9 @@ letters, replay detection and the checkpoint are the streaming maintainer's; wha
 * **exactly once**: the whole windowed state -- every target, the buffered partitions, the
   watermark, the dead letters -- is committed with the batch id (one atomic file replace,
   or a log record with ``snapshot_every > 1``, replayed through the stream on restart).  A
-  restart moves the committed state into the caller's ``WindowedStream`` object; its
-  maintainers are restored objects that adopt the caller's query and ring (read them as
-  ``stream.targets``; a windowed model follows its ``stream_`` by itself), a database keeps
-  its identity (``adopt_state``).  A ``DistributedMaintainer`` target is refused (its
+  restart moves the committed state into the caller's ``WindowedStream`` object and into
+  each of its maintainer and database targets, which keep their identity, ring and
+  subscribers (``adopt_state``).  A ``DistributedMaintainer`` target is refused (its
   manifest commits per apply, not per micro-batch of the window), and so are pattern views
   (their predicates are Python callables, which a checkpoint cannot store).
 
@@ -147,8 +146,9 @@ def restore_windows(
 ) -> WindowedStream:
     """Inverse of :func:`snapshot_windows`: a new :class:`WindowedStream`.  With ``like``, a
     snapshot of other windows or targets raises :class:`CheckpointError` naming what
-    differs; the restored maintainers adopt ``like``'s targets' queries and rings, and a
-    database target's state is moved into ``like``'s database (which it then is)."""
+    differs, and the restored state of each maintainer or database target moves into
+    ``like``'s (which keeps its identity, query, ring and subscribers); a snapshot that
+    cannot be read leaves ``like``'s targets as they were."""
     stream = io.BytesIO(data)
     try:
         loaded = pickle.load(stream)
@@ -168,22 +168,37 @@ def restore_windows(
     except Exception as error:  # noqa: BLE001 - any unpickling failure
         raise CheckpointError(f"{where}: unreadable ({error})") from error
     mine = list(like.targets) if like is not None else [None] * len(targets)
-    restored = []
-    for (kind, blob), own in zip(targets, mine, strict=True):
-        if kind == "maintainer":
-            restored.append(restore_maintainer(blob, own, where))
-        elif kind == "database":
-            state = restore_database(blob, own, where)
+    rings = [(t.ring, dict(vars(t.ring))) for t in mine if isinstance(t, Maintainer)]
+    restored, moves = [], []
+    try:  # every target is read before any of like's targets changes
+        for (kind, blob), own in zip(targets, mine, strict=True):
+            if kind == "maintainer":
+                state = restore_maintainer(blob, own, where)
+            elif kind == "database":
+                state = restore_database(blob, own, where)
+            else:
+                state, own = _unpickled(blob, where), None
             if own is not None:
-                own.adopt_state(state)
-                state = own
-            restored.append(state)
-        else:
-            restored.append(pickle.loads(blob))
+                moves.append((own, state))
+            restored.append(state if own is None else own)
+    except BaseException:  # a maintainer's restore may have set its ring's shifts
+        for ring, before in rings:
+            vars(ring).clear()
+            vars(ring).update(before)
+        raise
+    for own, state in moves:  # the caller's targets keep their identity and subscribers
+        own.adopt_state(state)
     out = WindowedStream.__new__(WindowedStream)
     vars(out).update(rest)
     out.targets = restored
     return out
+
+
+def _unpickled(blob: bytes, where: str) -> Any:
+    try:
+        return pickle.loads(blob)
+    except Exception as error:  # noqa: BLE001 - any unpickling failure
+        raise CheckpointError(f"{where}: unreadable ({error})") from error
 
 
 class WindowsCheckpoint(StateCheckpoint):

@@ -508,3 +508,55 @@ def test_a_null_reaches_only_targets_that_take_it(tmp_path):
     assert m.result() == {("a",): 2.0}
     assert db2.view("v").to_pandas().to_dict("records") == [{"src": "a", "k": 1}]
     assert sw2.dead_letters().reason.tolist() == ["missing value for column 'loss'"]
+
+
+def _loss_stream(seen: list):
+    from ringml.rings.scalar import RealRing
+
+    from ringml import Maintainer, Query
+    from ringml.windows import StreamTable, WindowedStream
+
+    view = Maintainer(Query({"S": ["ts", "src", "loss"]}, RealRing(["loss"]), free=["src"]))
+    view.subscribe(lambda delta: seen.append(dict(delta.items())))
+    table = StreamTable("ts", partition=10, window="RANGE 30")
+    return view, WindowedStream(view, {"S": table}, lateness=5, late="dead_letter")
+
+
+def test_a_restart_keeps_the_callers_maintainer_targets_and_their_subscribers(tmp_path):
+    """A restart replaced a windowed stream's Maintainer targets by restored copies: the
+    caller's object went stale and its subscribers heard nothing more."""
+    state, dead = tmp_path / "state", tmp_path / "dead"
+    rows = [([1, 2], ["a", "b"], [1.0, 2.0]), ([12, 13], ["a", "a"], [4.0, 8.0]),
+            ([47], ["b"], [16.0])]  # fmt: skip
+    first: list = []
+    view, stream = _loss_stream(first)
+    sw = StreamingWindows(stream, state, on_error="dead_letter", dead_letter_path=dead,
+                          snapshot_every=2)  # fmt: skip
+    for batch_id, (ts, src, loss) in enumerate(rows[:2]):
+        sw.process_batch(_nullable_layout(ts, src, loss), batch_id)
+    assert view.result() == {("a",): 13.0, ("b",): 2.0} and len(first) == 2
+
+    second: list = []
+    view2, stream2 = _loss_stream(second)  # a new driver: the state moves into view2
+    sw2 = StreamingWindows(stream2, state, on_error="dead_letter", dead_letter_path=dead,
+                           snapshot_every=2)  # fmt: skip
+    assert sw2.last_batch_id == 1 and stream2.targets == [view2]
+    assert view2.result() == {("a",): 13.0, ("b",): 2.0} and second == []  # not re-delivered
+    sw2.process_batch(_nullable_layout(*rows[2]), 2)  # partition 0 expires
+    assert view2.result() == {("a",): 12.0, ("b",): 16.0}
+    assert second == [{("a",): -1.0, ("b",): 14.0}]
+
+
+def test_an_unreadable_windows_snapshot_leaves_the_callers_targets_as_they_were(tmp_path):
+    from ringml.pipelines.spark_checkpoint import CheckpointError
+    from ringml.pipelines.spark_windows import restore_windows, snapshot_windows
+
+    view, stream = _loss_stream([])
+    stream.insert("S", pd.DataFrame({"ts": [1], "src": ["a"], "loss": [1.0]}))
+    data = snapshot_windows(stream)
+    other, like = _loss_stream([])
+    with pytest.raises(CheckpointError, match="unreadable"):
+        restore_windows(data[:-5], like)
+    assert other.result() == {} and like.targets == [other]
+    restored = restore_windows(data, like)
+    assert restored.targets == [other] and other.result() == {("a",): 1.0}
