@@ -259,6 +259,10 @@ class ViewStore:
 #: pass a quarter of its entries, but never for fewer than this many.
 REBUILD_MIN = 1024
 
+#: A secondary index settles the slots added since its last probe into a level once they
+#: come in more than this many additions (or outnumber its entries).
+PENDING_MAX = 64
+
 #: Levels of a secondary index: a level is merged into the one before it while that one
 #: holds at most this many times its entries (so there are O(log_GROWTH n) levels).
 GROWTH = 4
@@ -297,6 +301,7 @@ class PartialIndex:
         self.owner = np.full(self.index.capacity, -1, dtype=np.int64)
         self.levels: list[_Level] = []
         self.pending: list[np.ndarray] = []
+        self._pending_slots = 0
         self.entries = 0
         self._numbers = 0
         if slots.size:
@@ -326,14 +331,27 @@ class PartialIndex:
         return self.index.live[level.slots] & (self.owner[level.slots] == level.number)
 
     def added(self, slots: np.ndarray) -> None:
-        """Slots that got (new) keys."""
+        """Slots that got (new) keys; settled into a level once they are many (an index
+        nobody probes for a while must not keep every slot added meanwhile)."""
         if slots.size:
             self.pending.append(slots)
+            self._pending_slots += slots.size
+            if len(self.pending) > PENDING_MAX or self._pending_slots > max(
+                self.entries, REBUILD_MIN
+            ):
+                self._settle()
+
+    def _settle(self) -> None:
+        """Take the pending slots; rebuild once stale entries are a quarter of them."""
+        if self.pending:
+            self._take_pending()
+        if 4 * (self.entries - len(self.index)) > max(self.entries, REBUILD_MIN):
+            self._build()
 
     def _take_pending(self) -> None:
         """The slots added since the last probe become a level; merge the tail levels."""
         fresh = np.unique(np.concatenate(self.pending))
-        self.pending = []
+        self.pending, self._pending_slots = [], 0
         if self.index.capacity > self.owner.size:
             grown = np.full(self.index.capacity, -1, dtype=np.int64)
             grown[: self.owner.size] = self.owner
@@ -354,12 +372,8 @@ class PartialIndex:
 
     def matches(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Pairs (probe row, slot) with the slot's sub-key equal to the probe row."""
-        if self.pending:
-            self._take_pending()
+        self._settle()
         stale = self.entries - len(self.index)  # entries of removed or reused slots
-        if 4 * stale > max(self.entries, REBUILD_MIN):
-            self._build()
-            stale = 0
         groups = self.sub_index.lookup(probe)
         rows = np.flatnonzero(groups >= 0)
         groups = groups[rows]

@@ -259,3 +259,26 @@ def test_colliding_hashes_probe_past_full_windows(width, steps):
 def _colliding_key(v: int, width: int) -> tuple[int, ...]:
     """Keys that share their first column (so their hashes) in groups of ~10."""
     return (v,) if width == 1 else (v % 4, *([v] * (width - 1)))
+
+
+def test_a_secondary_index_nobody_probes_stays_bounded():
+    """R's store was probed once by S; then only R changed: every apply appended its new
+    slots to the index's pending list, drained only by the next probe (2,000 arrays for
+    2,000 batches, memory growing with every row ever inserted)."""
+    query = Query({"R": ["a", "b"], "S": ["b", "c"]}, IntegerRing(), free=["a"])
+    m = Maintainer(query)
+    m.insert("S", {"b": list(range(10)), "c": [0] * 10})
+    m.insert("R", {"a": [0], "b": [0]})
+    m.insert("S", {"b": [0], "c": [1]})  # probes R's store: its secondary index is built
+    (partial,) = [p for s in m._stores.values() for p in s._secondary.values()]
+    live = 200
+    for i in range(1, 3000):  # one new row per apply, the one `live` applies older deleted
+        m.insert("R", {"a": [i], "b": [i % 10]})
+        if i > live:
+            m.delete("R", {"a": [i - live], "b": [(i - live) % 10]})
+        assert len(partial.pending) <= 64 + 1
+        assert partial.entries <= 4 * max(len(partial.index), 1024)
+    m.insert("S", {"b": [3], "c": [2]})  # the next probe finds every live R row of b = 3
+    kept = [0] + list(range(3000 - live, 3000))
+    want = {(a,): 2 if a % 10 in (0, 3) else 1 for a in kept}  # S: b = 0 and 3 twice
+    assert m.result() == want
