@@ -123,3 +123,17 @@ def test_bigint_compares_with_a_decimal_literal_exactly(strategy):
         for literal in ("9007199254740992.0", "2.5", "-2.5", "2.0", "-0.5"):
             same_as_duckdb(f"SELECT a FROM R WHERE a {op} {literal}", values, strategy)
             same_as_duckdb(f"SELECT a FROM R WHERE {literal} {op} a", values, strategy)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_abs_of_the_smallest_bigint_overflows_as_in_duckdb(strategy):
+    """np.abs wrapped -2**63 to itself: a negative ABS, and a row WHERE ABS(a) >= 0 lost."""
+    edge = frame(a=[-9223372036854775807, 9223372036854775807, -5, 0])
+    same_as_duckdb("SELECT a, ABS(a) AS b FROM R WHERE ABS(a) >= 0", edge, strategy)
+    with pytest.raises(duckdb.OutOfRangeException):
+        duckdb.sql("SELECT ABS(CAST(-9223372036854775808 AS BIGINT))").fetchall()
+    for sql in ("SELECT a, ABS(a) AS b FROM R", "SELECT a FROM R WHERE ABS(a) >= 0"):
+        db = Database(SCHEMA)
+        db.create_view("v", sql, strategy=strategy)
+        with pytest.raises(BatchError, match=r"abs\(R\.a\) overflows BIGINT"):
+            db.insert("R", frame(a=[-9223372036854775808, -5]).to_dict("list"))

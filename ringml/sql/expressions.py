@@ -290,9 +290,19 @@ class Neg(Expr):
 
     def evaluate(self, env, n):
         v, null = self.operand.evaluate(env, n)
-        if v.dtype.kind == "i" and v.size and v.min() == np.iinfo(np.int64).min:
-            raise EvaluationError(f"{self.sql()} overflows BIGINT", int(v.min()))
+        _check_negatable(self, v, null)
         return np.negative(v), null
+
+
+def _check_negatable(expr: Expr, v: np.ndarray, null: np.ndarray | None) -> None:
+    """:class:`EvaluationError` where ``expr`` (a negation or ABS) would negate -2**63."""
+    if v.dtype.kind != "i" or not v.size:
+        return
+    smallest = v == np.iinfo(np.int64).min
+    if null is not None:
+        smallest &= ~null
+    if smallest.any():
+        raise EvaluationError(f"{expr.sql()} overflows BIGINT", int(np.iinfo(np.int64).min))
 
 
 @dataclass(frozen=True)
@@ -609,6 +619,7 @@ class Func(_Typed):
             null = _or(null, vn)
         v = values[0][0]
         if self.name == "abs":
+            _check_negatable(self, v, null)
             return np.abs(v), null
         text = pd.Series(_filled(v, null, "str"), dtype=object).str
         if self.name == "lower":
