@@ -208,9 +208,16 @@ class Binder:
             x = self.expr(node.this, context)
             low = self.expr(node.args["low"], context)
             high = self.expr(node.args["high"], context)
-            return Logic(
+            between = Logic(
                 "and", (self.compare(">=", x, low, node), self.compare("<=", x, high, node))
             )
+            if not node.args.get("symmetric"):
+                return between
+            # SYMMETRIC: (x BETWEEN low AND high) OR (x BETWEEN high AND low), three-valued
+            swapped = Logic(
+                "and", (self.compare(">=", x, high, node), self.compare("<=", x, low, node))
+            )
+            return fold(Logic("or", (between, swapped)))
         if isinstance(node, e.In):
             if node.args.get("query") is not None:
                 return self.in_subquery(node, context)
