@@ -270,3 +270,23 @@ def test_a_view_over_a_view_is_refused_with_what_to_do_instead():
     with pytest.raises(SqlNameError, match="'v' is a view: a view reads tables only"):
         db.create_view("w", "SELECT a, n FROM v")
     assert db.query("SELECT a, n FROM v").empty
+
+
+@pytest.mark.parametrize(
+    "sql, named",
+    [
+        ("SELECT SUM(a) * 2 AS s FROM R", r"\(SUM\(a\) \* 2\) overflows BIGINT"),
+        (
+            "SELECT b FROM R GROUP BY b HAVING -sum(a) - 4611686018427387904 < 0",
+            r"\(\(-SUM\(a\)\) - ",
+        ),
+    ],
+)
+def test_an_overflow_after_aggregation_names_the_aggregate_as_written(sql, named):
+    """Reads named an internal slot: '("#a0" * 2) overflows BIGINT'."""
+    db = Database(SCHEMA)
+    view = db.create_view("v", sql)
+    db.insert("R", {"a": [2**62, 2**62 - 1], "b": [1, 1], "x": [1.0, 1.0]})
+    with pytest.raises(RingmlError, match=named) as info:
+        view.to_pandas()
+    assert "#a" not in str(info.value)

@@ -98,11 +98,12 @@ class Aggregates:
         return self.ref(len(self.calls) - 1)
 
     def ref(self, i: int) -> AggRef:
-        function, argument, _ = self.calls[i]
+        function, argument, node = self.calls[i]
+        text = node.sql(dialect=DIALECT)
         if function in ("count", "count_distinct"):
-            return AggRef(i, "int", False)
+            return AggRef(i, "int", False, text)
         kind = "float" if function in ("avg", "avg_distinct") else argument.kind
-        return AggRef(i, kind, argument.nullable or self.global_aggregate)
+        return AggRef(i, kind, argument.nullable or self.global_aggregate, text)
 
 
 class Binder:

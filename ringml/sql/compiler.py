@@ -1010,7 +1010,7 @@ class _Compiler(Binder):
     def post(self, ir: Expr, create: bool, node: Any) -> Expr:
         """``ir`` over result slots: aggregates, keys (created in a bag projection)."""
         if isinstance(ir, AggRef):
-            return Col("", f"#a{ir.index}", ir.type, ir.nulls)
+            return Col("", f"#a{ir.index}", ir.type, ir.nulls, ir.text)
         if isinstance(ir, Lit):
             return ir
         if any(isinstance(n, SubqueryRef) for n in ir.walk()):  # read after the engine

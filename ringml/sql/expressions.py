@@ -168,8 +168,12 @@ class Col(_TypedNullable):
     # declared NULL and the columns of a view read as a table (their values are then
     # ``(values, null)`` pairs)
     nulls: bool = False
+    # how the SQL text wrote an aggregate's slot (``SUM(i)`` for ``#a0``), for messages
+    label: str = field(default="", compare=False)
 
     def sql(self) -> str:
+        if self.label:
+            return self.label
         name = (
             self.name
             if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name)
@@ -686,9 +690,10 @@ class AggRef(_TypedNullable):
     index: int
     type: str
     nulls: bool = field(default=False)
+    text: str = field(default="", compare=False)  # the call as written, e.g. ``SUM(i)``
 
     def sql(self) -> str:
-        return f"#agg{self.index}"
+        return self.text or f"#agg{self.index}"
 
 
 # ------------------------------------------------------------------------------ helpers
