@@ -41,7 +41,7 @@ from .expressions import (
     require,
     unify,
 )
-from .parse import DIALECT, node_position
+from .parse import DIALECT, function_name, node_position
 
 
 @dataclass
@@ -284,6 +284,9 @@ class Binder:
             return self.aggregate(node, context)
         if isinstance(node, e.Anonymous):
             raise self.unsupported(f"the function {node.name.upper()}", node, node.name)
+        if isinstance(node, e.Func):  # CURRENT_DATE, TRIM, ...: named as written
+            name = function_name(self.text, node) or type(node).sql_names()[0]
+            raise self.unsupported(f"the function {name.upper()}", node, name)
         label = type(node).__name__
         raise self.unsupported(f"{label} ({node.sql(dialect=DIALECT)[:40]})", node)
 
@@ -452,7 +455,9 @@ class Binder:
             "minute",
             "second",
         ):
-            raise self.unsupported(f"EXTRACT({part.upper()} ...)", node)
+            written = function_name(self.text, node) or "EXTRACT"
+            what = f"{written.upper()}({part.upper()} ...)"
+            raise self.unsupported(what, node, written, construct=what)
         operand = self.expr(operand, context)
         require(operand, ("date",), f"EXTRACT({part.upper()})", self.pos(node))
         return fold(Extract(part, operand))
@@ -515,7 +520,8 @@ class Binder:
 
     def aggregate(self, node: Any, context: Context) -> Expr:
         e = self.exp
-        name = type(node).__name__.upper()
+        written = function_name(self.text, node)
+        name = (written or type(node).__name__).upper()
         if context.aggregates is None:
             where = (
                 "inside another aggregate"
@@ -523,11 +529,15 @@ class Binder:
                 else (f"in {context.clause}")
             )
             raise SqlSemanticError(
-                f"aggregate function {name} is not allowed {where}", self.pos(node), name
+                f"aggregate function {name} is not allowed {where}", self.pos(node, written), name
             )
         if not isinstance(node, (e.Count, e.Sum, e.Avg, e.Min, e.Max)):
             raise self.unsupported(
-                f"the aggregate {name}", node, None, "use SUM, COUNT, AVG, MIN or MAX"
+                f"the aggregate {name}",
+                node,
+                written,
+                "use SUM, COUNT, AVG, MIN or MAX",
+                f"the aggregate {name}",
             )
         argument = node.this
         inner = Context(context.scope, None, "aggregate", context.aliases)
