@@ -137,3 +137,22 @@ def test_abs_of_the_smallest_bigint_overflows_as_in_duckdb(strategy):
         db.create_view("v", sql, strategy=strategy)
         with pytest.raises(BatchError, match=r"abs\(R\.a\) overflows BIGINT"):
             db.insert("R", frame(a=[-9223372036854775808, -5]).to_dict("list"))
+
+
+def test_upper_and_lower_map_every_character_as_duckdb_does_one_to_one():
+    """Python's full case mapping made UPPER('Straße') 'STRASSE' (DuckDB: 'STRAẞE'),
+    UPPER('ﬁ') 'FI', LOWER('İ') two characters and a final 'Σ' 'ς'.  Every code point that
+    DuckDB or Python maps, alone and in words."""
+    con = duckdb.connect()
+    everything = con.sql(
+        "SELECT chr(CAST(i AS INTEGER)) AS s FROM range(1, 1114112) t(i) "
+        "WHERE i NOT BETWEEN 55296 AND 57343"
+    ).df()
+    text = everything["s"]
+    cased = text[text.str.upper().ne(text) | text.str.lower().ne(text)]
+    mapped = con.sql("SELECT s FROM everything WHERE upper(s) <> s OR lower(s) <> s").df()["s"]
+    texts = sorted(set(cased) | set(mapped)) + ["Straße", "ΟΔΟΣ ΟΔΟΣ", "İstanbul", "ﬁnal"]
+    rows = frame(s=texts)
+    sql = "SELECT s, UPPER(s) AS u, LOWER(s) AS l, LENGTH(UPPER(s)) AS n FROM R"
+    same_as_duckdb(sql, rows, "fivm")
+    same_as_duckdb("SELECT s FROM R WHERE UPPER(s) = 'STRAẞE' OR LOWER(s) = 'i'", rows, "fivm")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -626,10 +627,8 @@ class Func(_Typed):
             _check_negatable(self, v, null)
             return np.abs(v), null
         text = pd.Series(_filled(v, null, "str"), dtype=object).str
-        if self.name == "lower":
-            return text.lower().to_numpy(dtype=object), null
-        if self.name == "upper":
-            return text.upper().to_numpy(dtype=object), null
+        if self.name in ("lower", "upper"):
+            return text.translate(_case_table(self.name)).to_numpy(dtype=object), null
         if self.name == "length":
             return text.len().to_numpy(dtype=np.int64), null
         if self.name == "substring":  # 1-based start, optional length (literals)
@@ -711,6 +710,26 @@ def _substring_bounds(start: int, length: int | None) -> tuple[int | None, int |
     if length is not None and length < 0:
         begin, end = begin + length, begin
     return max(begin, 0), None if end is None else max(end, 0)
+
+
+@functools.cache
+def _case_table(name: str) -> dict[int, str]:
+    """DuckDB's UPPER/LOWER, one character to one (Unicode's simple case mapping, and 'ß'
+    to 'ẞ'), as a ``str.translate`` table.  Python's ``str.upper``/``lower`` map fully and
+    in context: 'ß' to 'SS', 'ﬁ' to 'FI', 'İ' to 'i' + U+0307, a final 'Σ' to 'ς'.  Here a
+    character whose full mapping is several keeps its simple one: the titlecase letter for
+    the Greek letters with ypogegrammeni ('ᾳ' to 'ᾼ'), 'ẞ' for 'ß', 'i' for 'İ'; else it
+    stays."""
+    table = {}
+    for code in range(0x110000):
+        char = chr(code)
+        mapped = char.upper() if name == "upper" else char.lower()
+        if len(mapped) > 1 and name == "upper":
+            mapped = char.title()
+        if mapped != char and len(mapped) == 1:
+            table[code] = mapped
+    table.update({0xDF: "\u1e9e"} if name == "upper" else {0x130: "i"})
+    return table
 
 
 def _round_half_away(x: np.ndarray) -> np.ndarray:
