@@ -465,11 +465,13 @@ class Binder:
     def cast(self, node: Any, context: Context) -> Expr:
         from .catalog import type_kind
 
-        target = node.args["to"].sql(dialect=DIALECT)
+        to = node.args["to"]
+        target = to.sql(dialect=DIALECT)
         try:
             kind = type_kind(target)
         except SqlTypeError:
             raise self.unsupported(f"CAST to {target}", node, "CAST") from None
+        scale, limits = self.cast_limits(to, node)
         operand = self.expr(node.this, context)
         # a DATE (not a TIMESTAMP) is the day of its value
         day = kind == "date" and target.upper() in ("DATE", "DATE32")
@@ -483,7 +485,29 @@ class Binder:
             "bool": ("bool",),
         }[kind]
         require(operand, allowed, f"CAST to {target}", self.pos(node))
-        return fold(Cast(operand, kind, day))
+        narrow = target if limits is not None else ""
+        return fold(Cast(operand, kind, day, narrow, scale, limits))
+
+    def cast_limits(self, to: Any, node: Any) -> tuple[int | None, tuple[int, int] | None]:
+        """The scale a CAST to ``to`` rounds to (DECIMAL(p,s): s, else None) and the range
+        of its (scaled) integers (None: BIGINT's, or a DOUBLE)."""
+        name = to.this.name
+        if name in _INTEGER_BITS:
+            bits = _INTEGER_BITS[name]
+            return None, (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+        if name in _UNSIGNED_BITS:  # held as BIGINT: UBIGINT up to 2**63 - 1
+            return None, (0, min(2 ** _UNSIGNED_BITS[name], 2**63) - 1)
+        if name != "DECIMAL" or not to.expressions:
+            return None, None
+        precision, scale = [int(p.name) for p in to.expressions] + [0] * (2 - len(to.expressions))
+        if not 1 <= precision <= 38 or not 0 <= scale <= precision:
+            raise SqlTypeError(
+                f"DECIMAL({precision}, {scale}): the width must be 1 to 38 and the scale 0 "
+                "to the width",
+                self.pos(node, "DECIMAL"),
+                "DECIMAL",
+            )
+        return scale, (-(10**precision - 1), 10**precision - 1)
 
     def function(self, node: Any, context: Context) -> Expr:
         e = self.exp
@@ -560,6 +584,11 @@ class Binder:
         if isinstance(ir, Lit) and ir.value is None:  # no value to aggregate in any group
             return _of_nothing(function, ir.kind)
         return context.aggregates.add(function, ir, node)
+
+
+#: integer CAST targets narrower than BIGINT (sqlglot's names): their bits
+_INTEGER_BITS = {"TINYINT": 8, "SMALLINT": 16, "INT": 32}
+_UNSIGNED_BITS = {"UTINYINT": 8, "USMALLINT": 16, "UINT": 32, "UBIGINT": 64}
 
 
 def _of_nothing(function: str, kind: str) -> Lit:
