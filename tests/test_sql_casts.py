@@ -3,7 +3,11 @@ values from ``fetchall``: integers exact, NULL as None)."""
 
 from __future__ import annotations
 
+import re
+from decimal import Decimal
+
 import duckdb
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -44,6 +48,8 @@ def same_as_duckdb(sql: str, rows: pd.DataFrame, strategy: str) -> None:
 
 
 def _plain(value):
+    if isinstance(value, Decimal):  # DuckDB's DECIMAL, which ringml holds as a DOUBLE
+        return float(value)
     if isinstance(value, pd.Timestamp):
         return value.date() if value == value.normalize() else value.to_pydatetime()
     return value.item() if hasattr(value, "item") else value
@@ -123,3 +129,128 @@ def test_bigint_compares_with_a_decimal_literal_exactly(strategy):
         for literal in ("9007199254740992.0", "2.5", "-2.5", "2.0", "-0.5"):
             same_as_duckdb(f"SELECT a FROM R WHERE a {op} {literal}", values, strategy)
             same_as_duckdb(f"SELECT a FROM R WHERE {literal} {op} a", values, strategy)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_abs_of_the_smallest_bigint_overflows_as_in_duckdb(strategy):
+    """np.abs wrapped -2**63 to itself: a negative ABS, and a row WHERE ABS(a) >= 0 lost."""
+    edge = frame(a=[-9223372036854775807, 9223372036854775807, -5, 0])
+    same_as_duckdb("SELECT a, ABS(a) AS b FROM R WHERE ABS(a) >= 0", edge, strategy)
+    with pytest.raises(duckdb.OutOfRangeException):
+        duckdb.sql("SELECT ABS(CAST(-9223372036854775808 AS BIGINT))").fetchall()
+    for sql in ("SELECT a, ABS(a) AS b FROM R", "SELECT a FROM R WHERE ABS(a) >= 0"):
+        db = Database(SCHEMA)
+        db.create_view("v", sql, strategy=strategy)
+        with pytest.raises(BatchError, match=r"abs\(R\.a\) overflows BIGINT"):
+            db.insert("R", frame(a=[-9223372036854775808, -5]).to_dict("list"))
+
+
+def test_upper_and_lower_map_every_character_as_duckdb_does_one_to_one():
+    """Python's full case mapping made UPPER('Straße') 'STRASSE' (DuckDB: 'STRAẞE'),
+    UPPER('ﬁ') 'FI', LOWER('İ') two characters and a final 'Σ' 'ς'.  Every code point that
+    DuckDB or Python maps, alone and in words."""
+    con = duckdb.connect()
+    everything = con.sql(
+        "SELECT chr(CAST(i AS INTEGER)) AS s FROM range(1, 1114112) t(i) "
+        "WHERE i NOT BETWEEN 55296 AND 57343"
+    ).df()
+    text = everything["s"]
+    cased = text[text.str.upper().ne(text) | text.str.lower().ne(text)]
+    mapped = con.sql("SELECT s FROM everything WHERE upper(s) <> s OR lower(s) <> s").df()["s"]
+    texts = sorted(set(cased) | set(mapped)) + ["Straße", "ΟΔΟΣ ΟΔΟΣ", "İstanbul", "ﬁnal"]
+    rows = frame(s=texts)
+    sql = "SELECT s, UPPER(s) AS u, LOWER(s) AS l, LENGTH(UPPER(s)) AS n FROM R"
+    same_as_duckdb(sql, rows, "fivm")
+    same_as_duckdb("SELECT s FROM R WHERE UPPER(s) = 'STRAẞE' OR LOWER(s) = 'i'", rows, "fivm")
+
+
+def _random_decimals(rng: np.random.Generator, n: int) -> tuple[list, list, list]:
+    """Doubles, digit strings and integers, many of them halves at some scale."""
+    digits = rng.integers(-(10**7), 10**7, n)
+    places = rng.integers(0, 6, n)
+    texts = [f"{d / 10**k:.{k}f}" for d, k in zip(digits, places, strict=True)]
+    texts += ["1.005", "-0.125", "2.5", "-2.5", " 7 ", "1e2", "0.045", "-1.0005", "99.995"]
+    doubles = [float(t) for t in texts] + [0.125, -0.375, 2.675, 1e-7, -1234.5625]
+    integers = [int(d) for d in digits[: n // 2]] + [0, -7, 10**7 - 1]
+    return doubles, texts, integers
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_casts_to_decimal_round_to_the_scale_as_duckdb_does(strategy):
+    """DECIMAL(p,s) dropped p and s: CAST(2.7 AS DECIMAL(10,0)) was 2.7 (DuckDB 3),
+    CAST('1.005' AS DECIMAL(10,2)) 1.005 (DuckDB 1.01).  Compared exactly (as DOUBLEs)."""
+    doubles, texts, integers = _random_decimals(np.random.default_rng(7), 300)
+    targets = ["DECIMAL(18, 3)", "DECIMAL(12,2)", "NUMERIC(10)", "DECIMAL(13,5)", "DECIMAL"]
+    casts = ", ".join(
+        f"CAST({c} AS {t}) AS {c}{i}" for i, t in enumerate(targets) for c in ("x", "s", "a")
+    )
+    rows = pd.concat(
+        [
+            frame(x=doubles, s=[str(x) for x in doubles]),
+            frame(s=texts),
+            frame(a=integers, s=[str(a) for a in integers]),
+        ],
+        ignore_index=True,
+    )
+    same_as_duckdb(f"SELECT x, s, a, {casts} FROM R", rows, strategy)
+    literals = ["1.005", "-0.125", "2.5", "2.675", "7", "1e2", "-0.0005"]
+    sql = ", ".join(f"CAST({v} AS DECIMAL(10, 2)) AS l{i}" for i, v in enumerate(literals))
+    same_as_duckdb(
+        f"SELECT a, {sql}, CAST(2.5 AS DECIMAL(2,0)) AS h FROM R", frame(a=[1]), strategy
+    )
+    chained = "SELECT x, CAST(CAST(x AS DECIMAL(10,1)) AS INTEGER) AS c FROM R"  # half away
+    same_as_duckdb(chained, frame(x=[2.45, -2.45, 0.25, 1.5, 2.5, 3.04]), strategy)
+    where = "SELECT x FROM R WHERE CAST(x AS DECIMAL(10,2)) = 1.01"
+    same_as_duckdb(where, frame(x=[1.005, 1.0149, 1.015, 1.0]), strategy)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_casts_to_narrow_integers_keep_their_range_as_duckdb_does(strategy):
+    """SMALLINT, TINYINT, UTINYINT, INTEGER, ... were BIGINT: CAST(300 AS TINYINT) was 300."""
+    edges = [-128, 127, 0, 255, -32768, 32767, 65535, -(2**31), 2**31 - 1, 2**32 - 1]
+    sql = (
+        "SELECT a, x, s, CAST(x AS TINYINT) AS t, CAST(s AS SMALLINT) AS m, "
+        "CAST(x AS UTINYINT) AS u, CAST(a AS BIGINT) AS b FROM R WHERE a = 0"
+    )
+    rows = frame(x=[-128.0, 127.4, 2.5, 3.5, 0.0], s=["-32768", "32767", "2.5", " 7", "-3"])
+    same_as_duckdb(sql.replace("CAST(x AS UTINYINT)", "CAST(ABS(x) AS UTINYINT)"), rows, strategy)
+    for target, low, high in [
+        ("TINYINT", -128, 127),
+        ("SMALLINT", -32768, 32767),
+        ("INTEGER", -(2**31), 2**31 - 1),
+        ("UTINYINT", 0, 255),
+        ("USMALLINT", 0, 65535),
+        ("UINTEGER", 0, 2**32 - 1),
+    ]:
+        inside = [e for e in edges if low <= e <= high]
+        same_as_duckdb(f"SELECT a, CAST(a AS {target}) AS c FROM R", frame(a=inside), strategy)
+
+
+@pytest.mark.parametrize(
+    "sql, value",
+    [
+        ("SELECT CAST(a AS TINYINT) AS c FROM R", 128),
+        ("SELECT CAST(a AS UTINYINT) AS c FROM R", -1),
+        ("SELECT a FROM R WHERE CAST(a AS SMALLINT) > 0", 32768),
+        ("SELECT CAST(a AS INTEGER) AS c FROM R", -(2**31) - 1),
+        ("SELECT CAST(a AS UBIGINT) AS c FROM R", -5),
+        ("SELECT CAST(x AS TINYINT) AS c FROM R", 127.5),
+        ("SELECT CAST(x AS DECIMAL(5,2)) AS c FROM R", 999.995),
+        ("SELECT CAST(s AS DECIMAL(4,2)) AS c FROM R", "100"),
+        ("SELECT CAST(s AS DECIMAL(4,2)) AS c FROM R", "99.995"),
+        ("SELECT CAST(a AS DECIMAL(3,1)) AS c FROM R", 100),
+    ],
+)
+def test_a_cast_beyond_its_type_rejects_the_batch_naming_the_value(sql, value):
+    """DuckDB refuses these values; the batch is refused, the value named."""
+    column = {int: "a", float: "x", str: "s"}[type(value)]
+    rows = frame(**{column: [value]})
+    con = duckdb.connect()
+    con.register("R", rows)
+    with pytest.raises(duckdb.Error, match="range|cast"):
+        con.sql(sql).fetchall()
+    db = Database(SCHEMA)
+    db.create_view("v", sql)
+    with pytest.raises(BatchError, match=r"overflows [A-Z]+.*: " + re.escape(repr(value))):
+        db.insert("R", rows.to_dict("list"))
+    assert db.view("v").to_pandas().empty

@@ -83,6 +83,19 @@ CASES = [
     ("SELECT a FROM R ORDER BY a LIMIT a", SqlUnsupportedError, "LIMIT", (1, 28)),
     ("WITH RECURSIVE q AS (SELECT a FROM R) SELECT a FROM q", SqlUnsupportedError, "RECURSIVE",
      (1, 6)),
+    # keywords and special syntax without offsets of their own, named as written (GROUP BY
+    # () was 'Tuple (())' with no position, STRING_AGG 'GROUPCONCAT' at its argument)
+    ("SELECT c FROM T WHERE d > CURRENT_DATE", SqlUnsupportedError, "CURRENT_DATE", (1, 27)),
+    ("SELECT c FROM T WHERE z > 1 AND d < current_timestamp", SqlUnsupportedError,
+     "current_timestamp", (1, 37)),
+    ("SELECT COUNT(*) FROM R GROUP BY ()", SqlUnsupportedError, "GROUP BY ()", (1, 24)),
+    ("SELECT c, EXTRACT(WEEK FROM d) FROM T", SqlUnsupportedError, "EXTRACT(WEEK ...)",
+     (1, 11)),
+    ("SELECT b, TRIM(c) FROM S", SqlUnsupportedError, "TRIM", (1, 11)),
+    ("SELECT b, STRING_AGG(c, ',') FROM S GROUP BY b", SqlUnsupportedError,
+     "the aggregate STRING_AGG", (1, 11)),
+    ("SELECT b FROM S WHERE string_agg(c, ',') = 'a'", SqlSemanticError, "STRING_AGG",
+     (1, 23)),
     ("SELECT a, COUNT(*) FROM R GROUP BY b", SqlSemanticError, "a", (1, 8)),
     ("SELECT a FROM R WHERE SUM(x) > 1", SqlSemanticError, "SUM", (1, 23)),
     ("SELECT SUM(COUNT(*)) FROM R", SqlSemanticError, "COUNT", (1, 12)),
@@ -270,3 +283,23 @@ def test_a_view_over_a_view_is_refused_with_what_to_do_instead():
     with pytest.raises(SqlNameError, match="'v' is a view: a view reads tables only"):
         db.create_view("w", "SELECT a, n FROM v")
     assert db.query("SELECT a, n FROM v").empty
+
+
+@pytest.mark.parametrize(
+    "sql, named",
+    [
+        ("SELECT SUM(a) * 2 AS s FROM R", r"\(SUM\(a\) \* 2\) overflows BIGINT"),
+        (
+            "SELECT b FROM R GROUP BY b HAVING -sum(a) - 4611686018427387904 < 0",
+            r"\(\(-SUM\(a\)\) - ",
+        ),
+    ],
+)
+def test_an_overflow_after_aggregation_names_the_aggregate_as_written(sql, named):
+    """Reads named an internal slot: '("#a0" * 2) overflows BIGINT'."""
+    db = Database(SCHEMA)
+    view = db.create_view("v", sql)
+    db.insert("R", {"a": [2**62, 2**62 - 1], "b": [1, 1], "x": [1.0, 1.0]})
+    with pytest.raises(RingmlError, match=named) as info:
+        view.to_pandas()
+    assert "#a" not in str(info.value)

@@ -41,7 +41,7 @@ from .expressions import (
     require,
     unify,
 )
-from .parse import DIALECT, node_position
+from .parse import DIALECT, function_name, node_position
 
 
 @dataclass
@@ -98,11 +98,12 @@ class Aggregates:
         return self.ref(len(self.calls) - 1)
 
     def ref(self, i: int) -> AggRef:
-        function, argument, _ = self.calls[i]
+        function, argument, node = self.calls[i]
+        text = node.sql(dialect=DIALECT)
         if function in ("count", "count_distinct"):
-            return AggRef(i, "int", False)
+            return AggRef(i, "int", False, text)
         kind = "float" if function in ("avg", "avg_distinct") else argument.kind
-        return AggRef(i, kind, argument.nullable or self.global_aggregate)
+        return AggRef(i, kind, argument.nullable or self.global_aggregate, text)
 
 
 class Binder:
@@ -208,9 +209,16 @@ class Binder:
             x = self.expr(node.this, context)
             low = self.expr(node.args["low"], context)
             high = self.expr(node.args["high"], context)
-            return Logic(
+            between = Logic(
                 "and", (self.compare(">=", x, low, node), self.compare("<=", x, high, node))
             )
+            if not node.args.get("symmetric"):
+                return between
+            # SYMMETRIC: (x BETWEEN low AND high) OR (x BETWEEN high AND low), three-valued
+            swapped = Logic(
+                "and", (self.compare(">=", x, high, node), self.compare("<=", x, low, node))
+            )
+            return fold(Logic("or", (between, swapped)))
         if isinstance(node, e.In):
             if node.args.get("query") is not None:
                 return self.in_subquery(node, context)
@@ -276,6 +284,9 @@ class Binder:
             return self.aggregate(node, context)
         if isinstance(node, e.Anonymous):
             raise self.unsupported(f"the function {node.name.upper()}", node, node.name)
+        if isinstance(node, e.Func):  # CURRENT_DATE, TRIM, ...: named as written
+            name = function_name(self.text, node) or type(node).sql_names()[0]
+            raise self.unsupported(f"the function {name.upper()}", node, name)
         label = type(node).__name__
         raise self.unsupported(f"{label} ({node.sql(dialect=DIALECT)[:40]})", node)
 
@@ -444,7 +455,9 @@ class Binder:
             "minute",
             "second",
         ):
-            raise self.unsupported(f"EXTRACT({part.upper()} ...)", node)
+            written = function_name(self.text, node) or "EXTRACT"
+            what = f"{written.upper()}({part.upper()} ...)"
+            raise self.unsupported(what, node, written, construct=what)
         operand = self.expr(operand, context)
         require(operand, ("date",), f"EXTRACT({part.upper()})", self.pos(node))
         return fold(Extract(part, operand))
@@ -452,11 +465,13 @@ class Binder:
     def cast(self, node: Any, context: Context) -> Expr:
         from .catalog import type_kind
 
-        target = node.args["to"].sql(dialect=DIALECT)
+        to = node.args["to"]
+        target = to.sql(dialect=DIALECT)
         try:
             kind = type_kind(target)
         except SqlTypeError:
             raise self.unsupported(f"CAST to {target}", node, "CAST") from None
+        scale, limits = self.cast_limits(to, node)
         operand = self.expr(node.this, context)
         # a DATE (not a TIMESTAMP) is the day of its value
         day = kind == "date" and target.upper() in ("DATE", "DATE32")
@@ -470,7 +485,29 @@ class Binder:
             "bool": ("bool",),
         }[kind]
         require(operand, allowed, f"CAST to {target}", self.pos(node))
-        return fold(Cast(operand, kind, day))
+        narrow = target if limits is not None else ""
+        return fold(Cast(operand, kind, day, narrow, scale, limits))
+
+    def cast_limits(self, to: Any, node: Any) -> tuple[int | None, tuple[int, int] | None]:
+        """The scale a CAST to ``to`` rounds to (DECIMAL(p,s): s, else None) and the range
+        of its (scaled) integers (None: BIGINT's, or a DOUBLE)."""
+        name = to.this.name
+        if name in _INTEGER_BITS:
+            bits = _INTEGER_BITS[name]
+            return None, (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+        if name in _UNSIGNED_BITS:  # held as BIGINT: UBIGINT up to 2**63 - 1
+            return None, (0, min(2 ** _UNSIGNED_BITS[name], 2**63) - 1)
+        if name != "DECIMAL" or not to.expressions:
+            return None, None
+        precision, scale = [int(p.name) for p in to.expressions] + [0] * (2 - len(to.expressions))
+        if not 1 <= precision <= 38 or not 0 <= scale <= precision:
+            raise SqlTypeError(
+                f"DECIMAL({precision}, {scale}): the width must be 1 to 38 and the scale 0 "
+                "to the width",
+                self.pos(node, "DECIMAL"),
+                "DECIMAL",
+            )
+        return scale, (-(10**precision - 1), 10**precision - 1)
 
     def function(self, node: Any, context: Context) -> Expr:
         e = self.exp
@@ -507,7 +544,8 @@ class Binder:
 
     def aggregate(self, node: Any, context: Context) -> Expr:
         e = self.exp
-        name = type(node).__name__.upper()
+        written = function_name(self.text, node)
+        name = (written or type(node).__name__).upper()
         if context.aggregates is None:
             where = (
                 "inside another aggregate"
@@ -515,11 +553,15 @@ class Binder:
                 else (f"in {context.clause}")
             )
             raise SqlSemanticError(
-                f"aggregate function {name} is not allowed {where}", self.pos(node), name
+                f"aggregate function {name} is not allowed {where}", self.pos(node, written), name
             )
         if not isinstance(node, (e.Count, e.Sum, e.Avg, e.Min, e.Max)):
             raise self.unsupported(
-                f"the aggregate {name}", node, None, "use SUM, COUNT, AVG, MIN or MAX"
+                f"the aggregate {name}",
+                node,
+                written,
+                "use SUM, COUNT, AVG, MIN or MAX",
+                f"the aggregate {name}",
             )
         argument = node.this
         inner = Context(context.scope, None, "aggregate", context.aliases)
@@ -542,6 +584,11 @@ class Binder:
         if isinstance(ir, Lit) and ir.value is None:  # no value to aggregate in any group
             return _of_nothing(function, ir.kind)
         return context.aggregates.add(function, ir, node)
+
+
+#: integer CAST targets narrower than BIGINT (sqlglot's names): their bits
+_INTEGER_BITS = {"TINYINT": 8, "SMALLINT": 16, "INT": 32}
+_UNSIGNED_BITS = {"UTINYINT": 8, "USMALLINT": 16, "UINT": 32, "UBIGINT": 64}
 
 
 def _of_nothing(function: str, kind: str) -> Lit:

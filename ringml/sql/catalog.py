@@ -13,6 +13,13 @@ kind's array with a harmless fill value in the NULL rows, and the bool mask of t
 constraint) is kept: its table holds at most one row per key value, and deletes are
 checked by key (:mod:`ringml.sql.tables`); its columns cannot be declared NULL.  Other
 constraints are accepted and ignored.
+
+A DECIMAL(p,s)/NUMERIC column is held as a DOUBLE (binary floating point), not as an
+exact decimal: its values are not rounded to the scale nor checked against the precision,
+and ``d = 1.01`` or ``SUM(d) = 0.3`` compare DOUBLEs (0.1 + 0.2 is not 0.3); REAL and
+FLOAT columns are 8-byte DOUBLEs too.  Narrow integer columns (INTEGER, SMALLINT, ...)
+hold any int64.  (``CAST(... AS DECIMAL(p,s))`` and casts to narrow integers do round and
+check, see :class:`~ringml.sql.expressions.Cast`.)
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ _TYPE_NAMES = {
         "LONG",
         "SHORT",
         "UINT",
+        "UINTEGER",
         "UBIGINT",
         "USMALLINT",
         "UTINYINT",

@@ -960,6 +960,14 @@ class _Compiler(Binder):
             if group.args.get(key):
                 raise self.unsupported(key.replace("_", " ").upper(), group, "GROUP")
         for node in group.expressions:
+            if isinstance(node, self.exp.Tuple) and not node.expressions:
+                raise self.unsupported(
+                    "GROUP BY () (the empty grouping set)",
+                    node,
+                    "GROUP BY",
+                    "leave GROUP BY out to aggregate all rows",
+                    "GROUP BY ()",
+                )
             ir = self.group_expression(node, scope, items, aliases)
             if any(isinstance(n, AggRef) for n in ir.walk()):
                 raise SqlSemanticError(
@@ -1010,7 +1018,7 @@ class _Compiler(Binder):
     def post(self, ir: Expr, create: bool, node: Any) -> Expr:
         """``ir`` over result slots: aggregates, keys (created in a bag projection)."""
         if isinstance(ir, AggRef):
-            return Col("", f"#a{ir.index}", ir.type, ir.nulls)
+            return Col("", f"#a{ir.index}", ir.type, ir.nulls, ir.text)
         if isinstance(ir, Lit):
             return ir
         if any(isinstance(n, SubqueryRef) for n in ir.walk()):  # read after the engine

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -168,8 +169,12 @@ class Col(_TypedNullable):
     # declared NULL and the columns of a view read as a table (their values are then
     # ``(values, null)`` pairs)
     nulls: bool = False
+    # how the SQL text wrote an aggregate's slot (``SUM(i)`` for ``#a0``), for messages
+    label: str = field(default="", compare=False)
 
     def sql(self) -> str:
+        if self.label:
+            return self.label
         name = (
             self.name
             if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name)
@@ -290,9 +295,19 @@ class Neg(Expr):
 
     def evaluate(self, env, n):
         v, null = self.operand.evaluate(env, n)
-        if v.dtype.kind == "i" and v.size and v.min() == np.iinfo(np.int64).min:
-            raise EvaluationError(f"{self.sql()} overflows BIGINT", int(v.min()))
+        _check_negatable(self, v, null)
         return np.negative(v), null
+
+
+def _check_negatable(expr: Expr, v: np.ndarray, null: np.ndarray | None) -> None:
+    """:class:`EvaluationError` where ``expr`` (a negation or ABS) would negate -2**63."""
+    if v.dtype.kind != "i" or not v.size:
+        return
+    smallest = v == np.iinfo(np.int64).min
+    if null is not None:
+        smallest &= ~null
+    if smallest.any():
+        raise EvaluationError(f"{expr.sql()} overflows BIGINT", int(np.iinfo(np.int64).min))
 
 
 @dataclass(frozen=True)
@@ -609,12 +624,11 @@ class Func(_Typed):
             null = _or(null, vn)
         v = values[0][0]
         if self.name == "abs":
+            _check_negatable(self, v, null)
             return np.abs(v), null
         text = pd.Series(_filled(v, null, "str"), dtype=object).str
-        if self.name == "lower":
-            return text.lower().to_numpy(dtype=object), null
-        if self.name == "upper":
-            return text.upper().to_numpy(dtype=object), null
+        if self.name in ("lower", "upper"):
+            return text.translate(_case_table(self.name)).to_numpy(dtype=object), null
         if self.name == "length":
             return text.len().to_numpy(dtype=np.int64), null
         if self.name == "substring":  # 1-based start, optional length (literals)
@@ -626,45 +640,103 @@ class Func(_Typed):
 
 @dataclass(frozen=True)
 class Cast(_Typed):
-    """``CAST(operand AS type)`` between numbers, and from text to numbers or dates."""
+    """``CAST(operand AS type)`` between numbers, and from text to numbers or dates.
+
+    ``target`` is the type as written when narrower than the kind: an integer type whose
+    values must lie in ``limits`` (TINYINT: -128..127), or a DECIMAL(p,s), rounded to
+    ``scale`` s places half away from zero and held as a DOUBLE, whose scaled values must
+    lie in ``limits`` (+-(10**p - 1)).  A value outside fails the batch, named."""
 
     operand: Expr
     type: str
     day: bool = False  # a DATE: the day of the value (a TIMESTAMP keeps its time)
+    target: str = ""
+    scale: int | None = None
+    limits: tuple[int, int] | None = None
 
     def sql(self) -> str:
         target = "TIMESTAMP" if self.type == "date" and not self.day else _SQL_TYPE[self.type]
-        return f"CAST({self.operand.sql()} AS {target})"
+        return f"CAST({self.operand.sql()} AS {self.target or target})"
 
     def evaluate(self, env, n):
         v, null = self.operand.evaluate(env, n)
-        source = self.operand.kind
-        if source == self.type and not self.day:
-            return v, null
         try:
-            if self.type == "float":
-                return pd.to_numeric(pd.Series(_filled(v, null, source))).to_numpy(
-                    dtype=np.float64
-                ), null
-            if self.type == "int":
-                if source == "str":
-                    return _text_to_int(self.sql(), _filled(v, null, source)), null
-                x = pd.to_numeric(pd.Series(_filled(v, null, source))).to_numpy()
-                if x.dtype.kind == "f":
-                    # DuckDB rounds a DOUBLE half to even, a decimal literal half away from 0
-                    x = _round_half_away(x) if isinstance(self.operand, Lit) else np.rint(x)
-                    if not np.all(np.abs(x) < 2.0**63):
-                        raise EvaluationError(f"{self.sql()} overflows BIGINT")
-                return x.astype(np.int64), null
-            if self.type == "date":
-                out = pd.to_datetime(pd.Series(_filled(v, null, source)), format="ISO8601")
-                out = out.dt.floor("D") if self.day else out
-                return out.to_numpy().astype("datetime64[ns]"), null
-            if self.type == "str":
-                return np.asarray(pd.Series(v).astype(str), dtype=object), null
+            out = self._decimal(v, null) if self.scale is not None else self._convert(v, null)
         except (ValueError, TypeError, OverflowError) as error:
             raise EvaluationError(f"{self.sql()}: {error}") from None
+        if self.limits is not None and self.scale is None:
+            self._check(out, v, null)
+        return out, null
+
+    def _convert(self, v: np.ndarray, null: np.ndarray | None) -> np.ndarray:
+        source = self.operand.kind
+        if source == self.type and not self.day:
+            return v
+        if self.type == "float":
+            return pd.to_numeric(pd.Series(_filled(v, null, source))).to_numpy(dtype=np.float64)
+        if self.type == "int":
+            if source == "str":
+                return _text_to_int(self.sql(), _filled(v, null, source))
+            x = pd.to_numeric(pd.Series(_filled(v, null, source))).to_numpy()
+            if x.dtype.kind == "f":
+                # DuckDB rounds a DOUBLE half to even, a DECIMAL (a decimal literal) half away
+                decimal_ = isinstance(self.operand, Lit) or (
+                    isinstance(self.operand, Cast) and self.operand.scale is not None
+                )
+                x = _round_half_away(x) if decimal_ else np.rint(x)
+                if not np.all(np.abs(x) < 2.0**63):
+                    raise EvaluationError(f"{self.sql()} overflows BIGINT")
+            return x.astype(np.int64)
+        if self.type == "date":
+            out = pd.to_datetime(pd.Series(_filled(v, null, source)), format="ISO8601")
+            out = out.dt.floor("D") if self.day else out
+            return out.to_numpy().astype("datetime64[ns]")
+        if self.type == "str":
+            return np.asarray(pd.Series(v).astype(str), dtype=object)
         raise AssertionError(self.type)
+
+    def _decimal(self, v: np.ndarray, null: np.ndarray | None) -> np.ndarray:
+        """DuckDB's DECIMAL(p,s) of each value as a DOUBLE: a DOUBLE times 10**s rounded
+        half away from zero (as DuckDB does, in DOUBLE), a text or decimal literal by its
+        digits, an integer exactly."""
+        source, unit = self.operand.kind, 10.0**self.scale
+        if isinstance(self.operand, Lit) and source in NUMBERS:  # by its digits, as text
+            v, source = np.full(len(v), str(self.operand.value), dtype=object), "str"
+        if source in ("int", "bool"):
+            x = v.astype(np.int64)
+            bound = self.limits[1] // 10**self.scale
+            if bound < 2**63 - 1:
+                self._check(x, v, null, (-bound, bound))
+            return x.astype(np.float64)
+        if source == "str":
+            text = pd.Series(_filled(v, null, "str"), dtype=object).str.strip()
+            y = pd.to_numeric(text).to_numpy(dtype=np.float64) * unit
+        else:
+            y = v.astype(np.float64) * unit
+        scaled = _round_half_away(y)
+        if source == "str":  # a digit string near a half (y is off by ~1e-16 y): by its digits
+            tie = np.abs(np.abs(y - np.trunc(y)) - 0.5) <= 1e-12 * np.maximum(1.0, np.abs(y))
+            tie &= np.isfinite(y)
+            if tie.any():
+                with decimal.localcontext() as context:
+                    context.prec = 80  # DECIMAL(38, s) and an exponent: every digit
+                    exact = [decimal.Decimal(t).scaleb(self.scale) for t in text.to_numpy()[tie]]
+                    scaled[tie] = [float(d.quantize(1, decimal.ROUND_HALF_UP)) for d in exact]
+        self._check(scaled, v, null)
+        return scaled / unit
+
+    def _check(self, x: np.ndarray, v: np.ndarray, null, limits=None) -> None:
+        """:class:`EvaluationError` naming the first value ``v`` whose ``x`` leaves the
+        target's range (NaN, of a NaN or an empty text, does)."""
+        low, high = limits or self.limits
+        bad = ~((x >= low) & (x <= high))
+        if null is not None:
+            bad &= ~null
+        if bad.any():
+            at = int(np.flatnonzero(bad)[0])
+            value = v[at].item() if isinstance(v[at], np.generic) else v[at]
+            what = "is not a number" if np.isnan(x[at]) else f"overflows {self.target}"
+            raise EvaluationError(f"{self.sql()} {what}: {value!r}", value)
 
 
 @dataclass(frozen=True)
@@ -675,9 +747,10 @@ class AggRef(_TypedNullable):
     index: int
     type: str
     nulls: bool = field(default=False)
+    text: str = field(default="", compare=False)  # the call as written, e.g. ``SUM(i)``
 
     def sql(self) -> str:
-        return f"#agg{self.index}"
+        return self.text or f"#agg{self.index}"
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -695,6 +768,26 @@ def _substring_bounds(start: int, length: int | None) -> tuple[int | None, int |
     if length is not None and length < 0:
         begin, end = begin + length, begin
     return max(begin, 0), None if end is None else max(end, 0)
+
+
+@functools.cache
+def _case_table(name: str) -> dict[int, str]:
+    """DuckDB's UPPER/LOWER, one character to one (Unicode's simple case mapping, and 'ß'
+    to 'ẞ'), as a ``str.translate`` table.  Python's ``str.upper``/``lower`` map fully and
+    in context: 'ß' to 'SS', 'ﬁ' to 'FI', 'İ' to 'i' + U+0307, a final 'Σ' to 'ς'.  Here a
+    character whose full mapping is several keeps its simple one: the titlecase letter for
+    the Greek letters with ypogegrammeni ('ᾳ' to 'ᾼ'), 'ẞ' for 'ß', 'i' for 'İ'; else it
+    stays."""
+    table = {}
+    for code in range(0x110000):
+        char = chr(code)
+        mapped = char.upper() if name == "upper" else char.lower()
+        if len(mapped) > 1 and name == "upper":
+            mapped = char.title()
+        if mapped != char and len(mapped) == 1:
+            table[code] = mapped
+    table.update({0xDF: "\u1e9e"} if name == "upper" else {0x130: "i"})
+    return table
 
 
 def _round_half_away(x: np.ndarray) -> np.ndarray:

@@ -95,16 +95,34 @@ def start_offset(node: Any) -> int | None:
     return _span(node)[0]
 
 
+def _preceding_end(node: Any) -> int | None:
+    """The largest source offset recorded before ``node`` in its statement (depth first)."""
+    last = None
+    for sub in node.root().dfs():
+        if sub is node:
+            break
+        end = (getattr(sub, "_meta", None) or {}).get("end")
+        if end is not None and (last is None or end > last):
+            last = end
+    return last
+
+
 def keyword_offset(text: str, node: Any, keyword: str) -> int | None:
     """The offset of ``keyword`` (a word or phrase, case-insensitive) for ``node``: its first
-    occurrence inside the node's span, else its last one before it; the node's start when
-    neither is found."""
+    occurrence inside the node's span, else its last one before it; for a node without
+    recorded offsets (``CURRENT_DATE``, ``()``), its first one after what precedes the node.
+    The node's start when none is found."""
     start, end = _span(node)
     pattern = r"\b" + r"\s+".join(re.escape(w) for w in keyword.split()) + r"\b"
     if start is not None:
         inside = re.compile(pattern, re.IGNORECASE).search(text, start, (end or start) + 1)
         if inside:
             return inside.start()
+    else:
+        after = _preceding_end(node)
+        found = re.compile(pattern, re.IGNORECASE).search(text, 0 if after is None else after + 1)
+        if found:
+            return found.start()
     limit = len(text) if start is None else start
     before = [m.start() for m in re.finditer(pattern, text[:limit], flags=re.IGNORECASE)]
     return before[-1] if before else start
@@ -114,3 +132,25 @@ def node_position(text: str, node: Any, keyword: str | None = None) -> tuple[int
     """``(line, column)`` of ``node`` in ``text`` (of ``keyword`` when given and found)."""
     offset = keyword_offset(text, node, keyword) if keyword else start_offset(node)
     return position_of(text, offset)
+
+
+_CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\((?:[\s(]|\b[A-Za-z_]\w*\s)*$")
+
+
+def function_name(text: str, node: Any) -> str | None:
+    """The name of the function call ``node`` as ``text`` writes it (``STRING_AGG`` where
+    sqlglot says ``GroupConcat``): the node's own offsets, else the word before the last
+    ``(`` opening its arguments, else the first of its names after what precedes it."""
+    meta = getattr(node, "_meta", None) or {}
+    if meta.get("start") is not None and meta.get("end") is not None:
+        return text[meta["start"] : meta["end"] + 1]
+    start = start_offset(node)
+    if start is not None:  # NAME( [words] first argument, as in TRIM(BOTH 'x' FROM s)
+        call = _CALL.search(text[:start])
+        return call.group(1) if call else None
+    names = "|".join(re.escape(n) for n in type(node).sql_names())
+    after = _preceding_end(node)
+    found = re.compile(rf"\b(?:{names})\b", re.IGNORECASE).search(
+        text, 0 if after is None else after + 1
+    )
+    return found.group(0) if found else None
