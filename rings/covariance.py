@@ -1711,15 +1711,20 @@ class CovarianceRing(Ring[CovariancePayload, CovarianceBatch]):
         self, block: Block, x: np.ndarray, weights: np.ndarray | None, out: CovarianceBatch
     ) -> CovarianceBatch:
         """``Σ_i w_i · lift(x_i)`` of many shifted rows ``x`` (variables × rows) into one
-        payload, with BLAS: ``Σxxᵀ = (x w) xᵀ`` instead of a packed product per row."""
-        if weights is None:
-            out.count[0] = x.shape[1]
-            weighted = x
-        else:
-            out.count[0] = int(weights.sum())
-            weighted = x * weights.astype(np.float64)
-        out.sums[0] = weighted.sum(axis=1)
+        payload, with BLAS: ``Σxxᵀ = (x w) xᵀ`` instead of a packed product per row.  Rows of
+        one weight ``w`` (all inserts, all deletes) take ``w · x xᵀ``: BLAS computes ``x xᵀ``
+        (syrk) and ``(x w) xᵀ`` (gemm) with different roundings, so a delete of inserted rows
+        would not cancel them exactly."""
         i, j = _triu(len(block))
+        if weights is None or (weights == weights[0]).all():
+            w = 1 if weights is None else int(weights[0])
+            out.count[0] = w * x.shape[1]
+            out.sums[0] = x.sum(axis=1) * w
+            out.products[0] = (x @ x.T)[i, j] * w
+            return out
+        out.count[0] = int(weights.sum())
+        weighted = x * weights.astype(np.float64)
+        out.sums[0] = weighted.sum(axis=1)
         out.products[0] = (weighted @ x.T)[i, j]
         return out
 
