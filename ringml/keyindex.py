@@ -174,7 +174,8 @@ class KeyIndex:
             if self._size:
                 stored = self.keys[self.live_slots(), 0]
                 low, high = min(low, int(stored.min())), max(high, int(stored.max()))
-        if not (low >= 0 and high < max(_DENSITY * (self._size + column.size), _DIRECT_FREE)):
+        bound = max(_DENSITY * (self._size + column.size), _DIRECT_FREE)
+        if not (low >= 0 and high < bound):
             if self._direct is not None:
                 self._leave_direct()
                 self._rehash(self._size + column.size)
@@ -182,7 +183,8 @@ class KeyIndex:
         if self._direct is None:
             self._enter_direct(high)
         elif high >= self._direct.size:
-            grown = np.full(max(high + 1, 2 * self._direct.size), _EMPTY, dtype=np.int64)
+            # doubling, but never past the density bound: at most 64 bytes per key held
+            grown = np.full(min(max(high + 1, 2 * self._direct.size), bound), _EMPTY, np.int64)
             grown[: self._direct.size] = self._direct
             self._direct = grown
         return True
