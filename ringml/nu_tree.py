@@ -103,7 +103,7 @@ def build_nu(
     attached: dict[str, list[Atom]] = {}
     for atom in query.atoms:
         attached.setdefault(order.lowest(atom.variables), []).append(atom)
-    counter: dict[str, int] = {}
+    taken = {a.name for a in query.atoms}  # view names never equal an atom's
     enumeration: dict[str, Node] = {}
 
     def keys_of(variables: set[str]) -> tuple[str, ...]:
@@ -116,7 +116,7 @@ def build_nu(
     def view(prefix: str, x: str, keys, summed, kids: list[Node]) -> ViewNode:
         atoms = frozenset().union(*(k.atoms for k in kids))
         node = ViewNode(
-            _name(prefix, x, atoms, counter), (x,), keys, tuple(summed), kids, atoms=atoms
+            _name(prefix, x, atoms, taken), (x,), keys, tuple(summed), kids, atoms=atoms
         )
         for k in kids:
             k.parent = node
@@ -132,7 +132,7 @@ def build_nu(
                 child.variables = (x,) + child.variables
                 child.marginalized = (x,) + child.marginalized
                 child.keys = keys_of(dep)
-                child.name = _name("V", x, child.atoms, counter)
+                child.name = _name("V", x, child.atoms, taken)
                 return child
             return view("V", x, keys_of(dep), (x,), kids)
         if len(kids) >= 2:
@@ -187,8 +187,13 @@ def _payload_views(root: Node, free: set[str], query: Query) -> list[Node]:
     return out
 
 
-def _name(prefix: str, variable: str, atoms: frozenset[str], counter: dict[str, int]) -> str:
-    initials = "".join(sorted(a[0] for a in atoms))
-    base = f"{prefix}@{variable}_{initials}"
-    counter[base] = counter.get(base, 0) + 1
-    return base if counter[base] == 1 else f"{base}{counter[base]}"
+def _name(prefix: str, variable: str, atoms: frozenset[str], taken: set[str]) -> str:
+    """``<prefix>@X_<initials of the atoms below>``, numbered past the names ``taken``
+    (atoms' and views', so a relation named like a view never shadows it)."""
+    base = f"{prefix}@{variable}_{''.join(sorted(a[0] for a in atoms))}"
+    name, k = base, 1
+    while name in taken:
+        k += 1
+        name = f"{base}{k}"
+    taken.add(name)
+    return name

@@ -37,6 +37,9 @@ class Atom:
             object.__setattr__(self, "name", self.relation)
         if len(set(self.variables)) != len(self.variables):
             raise SchemaError(f"atom {self.name!r} repeats a variable: {self.variables}")
+        odd = [v for v in self.variables if not isinstance(v, str)]
+        if odd:
+            raise SchemaError(f"atom {self.name!r}: variable names are strings, got {odd[0]!r}")
 
 
 @dataclass
@@ -63,8 +66,13 @@ class Query:
                 )
         self.relations = {name: tuple(cols) for name, cols in self.relations.items()}
         for name, cols in self.relations.items():
+            if not isinstance(name, str):
+                raise SchemaError(f"relation names are strings, got {name!r}")
             if not cols:
                 raise SchemaError(f"relation {name!r} has no columns")
+            odd = [c for c in cols if not isinstance(c, str)]
+            if odd:
+                raise SchemaError(f"relation {name!r}: column names are strings, got {odd[0]!r}")
             if len(set(cols)) != len(cols):
                 raise SchemaError(f"relation {name!r} repeats a column: {cols}")
         if self.atoms is None:

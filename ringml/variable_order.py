@@ -54,7 +54,16 @@ class VariableOrder:
                 for name in chain:
                     node[name] = {}
                     node = node[name]
+            if not isinstance(tree, Mapping):
+                raise VariableOrderError(
+                    f"under {up!r} the order has {tree!r}: each variable maps to a mapping of "
+                    "the variables below it (or a list of names: a chain)"
+                )
             for name, sub in tree.items():
+                if not isinstance(name, str):
+                    raise VariableOrderError(
+                        f"variable names in an order are strings, got {name!r}"
+                    )
                 if name in parent:
                     raise VariableOrderError(f"variable {name!r} occurs twice in the order")
                 parent[name] = up
@@ -118,12 +127,29 @@ class VariableOrder:
         items = parse_list()
         if position != len(tokens):
             raise unexpected("'}' closes no '{'")
+        variables = set(query.variables) if query is not None else set()
+        uses: dict[str, int] = {}
+
+        def count(item) -> None:
+            uses[item[0].rstrip(".…")] = uses.get(item[0].rstrip(".…"), 0) + 1
+            for s in item[1]:
+                count(s)
+
+        for item in items:
+            count(item)
+
+        def is_atom(name: str, sub: list) -> bool:
+            """An atom is a leaf; a name that is also a variable is the atom only when the
+            variable stands elsewhere in the order (``A{B{C}}`` over relations named A and
+            B places variables A and B)."""
+            return name in atom_names and not sub and (name not in variables or uses[name] > 1)
+
         explicit = set()
 
         def collect(item) -> None:
             name, sub = item
             base = name.rstrip(".…")
-            if base not in atom_names:
+            if not is_atom(base, sub):
                 explicit.add(base)
             for s in sub:
                 collect(s)
@@ -136,7 +162,7 @@ class VariableOrder:
             for name, sub in item_list:
                 ellipsis = name.endswith("...") or name.endswith("…")
                 base = name.rstrip(".…")
-                if base in atom_names and not ellipsis:
+                if not ellipsis and is_atom(base, sub):
                     continue
                 inner = to_nested(sub)
                 if ellipsis:

@@ -88,7 +88,7 @@ class ViewTree:
         attached: dict[str, list[Atom]] = {}
         for atom in query.atoms:
             attached.setdefault(order.lowest(atom.variables), []).append(atom)
-        counter: dict[str, int] = {}
+        taken = {a.name for a in query.atoms}  # view names never equal an atom's
 
         def build(variable: str) -> ViewNode:
             kids: list[Node] = [build(c) for c in order.children.get(variable, [])]
@@ -103,10 +103,10 @@ class ViewTree:
                 child.variables = (variable,) + child.variables
                 child.marginalized = marginal + child.marginalized
                 child.keys = keys
-                child.name = _name(variable, child.atoms, counter)
+                child.name = _name(variable, child.atoms, taken)
                 return child
             node = ViewNode(
-                _name(variable, atoms, counter), (variable,), keys, marginal, kids, atoms=atoms
+                _name(variable, atoms, taken), (variable,), keys, marginal, kids, atoms=atoms
             )
             for k in kids:
                 k.parent = node
@@ -193,8 +193,13 @@ class ViewTree:
                 )
 
 
-def _name(variable: str, atoms: frozenset[str], counter: dict[str, int]) -> str:
-    initials = "".join(sorted(a[0] for a in atoms))
-    base = f"V@{variable}_{initials}"
-    counter[base] = counter.get(base, 0) + 1
-    return base if counter[base] == 1 else f"{base}{counter[base]}"
+def _name(variable: str, atoms: frozenset[str], taken: set[str]) -> str:
+    """``V@X_<initials of the atoms below>``, numbered past the names ``taken`` (atoms'
+    and views', so a relation named like a view never shadows it)."""
+    base = f"V@{variable}_{''.join(sorted(a[0] for a in atoms))}"
+    name, k = base, 1
+    while name in taken:
+        k += 1
+        name = f"{base}{k}"
+    taken.add(name)
+    return name

@@ -810,3 +810,40 @@ def test_rows_a_filter_drops_are_still_checked():
         with pytest.raises(BatchError, match=message):
             apply("R", frame)
     assert m.result() == 1
+
+
+def test_text_orders_over_relations_named_like_variables():
+    """A relation named like a variable made a text order drop that variable and its whole
+    subtree ('A{B{C}}' over relations A and B: 'variables A, B, C are missing')."""
+    q = rm.Query({"A": ["A", "B"], "B": ["B", "C"]}, IntegerRing(), free=["A"])
+    for order in ("A{B{C}}", "A{B{C, B}, A}"):  # the second also names the atoms as leaves
+        m = rm.Maintainer(q, order=order)
+        assert str(m.order) == "A{B{C}}"
+        m.insert("A", {"A": [1, 1], "B": [2, 3]})
+        m.insert("B", {"B": [2, 2], "C": [0, 1]})
+        assert m.result() == {(1,): 2}
+    unary = rm.Query({"R": ["K", "x"], "K": ["K"]}, IntegerRing())
+    assert str(rm.Maintainer(unary, order="K{x}").order) == "K{x}"
+    with pytest.raises(VariableOrderError):  # an atom with a subtree is no atom: R is unknown
+        rm.Maintainer(rm.Query({"R": ["A", "B"]}, IntegerRing()), order="R{A{B}}")
+
+
+@pytest.mark.parametrize(
+    "relations, match",
+    [({"R": [0, 1]}, "column names are strings, got 0"),
+     ({"R": ["a", None]}, "column names are strings, got None"),
+     ({1: ["a"]}, "relation names are strings, got 1")],
+)  # fmt: skip
+def test_names_that_are_not_strings_are_refused(relations, match):
+    """Int column names were accepted, then explain(), fingerprint() and every checkpoint
+    failed with a TypeError; None collided with the order's root sentinel."""
+    with pytest.raises(SchemaError, match=match):
+        rm.Query(relations, IntegerRing())
+
+
+@pytest.mark.parametrize("order", [{"A": 5}, {"A": {"B": 1.5}}, {"A": {7: {}}}])
+def test_malformed_nested_orders_are_named(order):
+    """{'A': 5} raised AttributeError: 'int' object has no attribute 'items'."""
+    q = rm.Query({"R": ["A", "B"]}, IntegerRing())
+    with pytest.raises(VariableOrderError, match="order"):
+        rm.Maintainer(q, order=order)

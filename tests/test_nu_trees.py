@@ -538,3 +538,16 @@ def test_unchecked_deletes_enumerate_by_the_stores_keys():
     data["S"] = data["S"].iloc[[0, 1, 3]]
     assert plain(m.result()) == plain(tau.result()) == brute_force(data, FREE)
     assert plain(m.result()) == {(1, 1, 1): 2, (1, 2, 1): 2, (2, 3, 2): 2}
+
+
+@pytest.mark.parametrize("tree", ["tau", "nu"])
+def test_a_relation_named_like_a_view_does_not_shadow_it(tree):
+    """View names were not kept apart from atom names: with a relation named 'V@C_W', ν
+    read the atom's leaf for the view of that name (KeyError on result())."""
+    q = Query({"V@C_W": ["H", "A"], "W": ["H", "B", "C"]}, IntegerRing(), free=["H", "B"])
+    m = Maintainer(q, tree=tree)
+    m.insert("V@C_W", pd.DataFrame({"H": [1, 1, 1], "A": [7, 8, 9]}))
+    m.insert("W", pd.DataFrame({"H": [1, 1], "B": [5, 5], "C": [1, 2]}))
+    names = [spec.name for spec in m.plan.views]
+    assert len(names) == len(set(names))
+    assert m.result() == {(1, 5): 6} == dict(m.enumerate())
