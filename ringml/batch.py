@@ -162,13 +162,15 @@ def as_frame(rows: object, relation: str = "?") -> pd.DataFrame:
 
 def _arrow_frame(arrow) -> pd.DataFrame:
     """An Arrow table as a DataFrame; an integer column with nulls becomes a nullable
-    ``Int64`` one (``to_pandas`` makes floats of it, rounding ints beyond 2**53)."""
+    ``Int64`` one (``UInt64`` for uint64, whose values may not fit int64; ``to_pandas``
+    makes floats of it, rounding ints beyond 2**53)."""
     import pyarrow as pa
 
     frame = arrow.to_pandas()
     for name, column in zip(arrow.column_names, arrow.columns, strict=True):
         if pa.types.is_integer(column.type) and column.null_count:
-            frame[name] = column.to_pandas(types_mapper={column.type: pd.Int64Dtype()}.get)
+            nullable = pd.UInt64Dtype() if column.type == pa.uint64() else pd.Int64Dtype()
+            frame[name] = column.to_pandas(types_mapper={column.type: nullable}.get)
     return frame
 
 

@@ -810,3 +810,22 @@ def test_rows_a_filter_drops_are_still_checked():
         with pytest.raises(BatchError, match=message):
             apply("R", frame)
     assert m.result() == 1
+
+
+def test_arrow_uint64_with_nulls_beyond_int64_is_read_exactly():
+    """A uint64 Arrow column with a null was mapped to Int64: a value >= 2**63 raised
+    pyarrow's ArrowInvalid from Maintainer.insert and Database.insert, not a BatchError."""
+    from ringml.rings.scalar import RealRing
+
+    from ringml.sql import Database
+
+    table = pa.table({"k": pa.array([2**63 + 1, None], pa.uint64()), "v": [1.0, 2.0]})
+    db = Database("CREATE TABLE T (k BIGINT NULL, v DOUBLE)")
+    with pytest.raises(BatchError, match=r"'k' \(BIGINT\): value 9223372036854775809 .*BIGINT"):
+        db.insert("T", table)
+    assert len(db.table("T")) == 0
+    m = rm.Maintainer(rm.Query({"T": ["k", "v"]}, RealRing(["v"]), free=["k"]))
+    with pytest.raises(BatchError, match="'k': missing value <NA>"):
+        m.insert("T", table)
+    m.insert("T", table.slice(0, 1))  # without the null: the exact big key
+    assert m.result() == {(2**63 + 1,): 1.0}
