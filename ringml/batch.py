@@ -645,7 +645,7 @@ def feature_numbers(data, column: str, relation: str | None = None) -> np.ndarra
     """
     if isinstance(data, pd.Series):
         data = _extension_array(data)
-    data = np.asarray(data)
+    data = given = np.asarray(data)
     if data.dtype.kind == "O":
         data = _object_numbers(relation, column, data)
     elif data.dtype.kind not in "iuf" and data.size:
@@ -656,7 +656,7 @@ def feature_numbers(data, column: str, relation: str | None = None) -> np.ndarra
     finite = np.isfinite(data)
     if not finite.all():
         bad = np.flatnonzero(~finite)
-        value = data[bad[0]]
+        value = given[bad[0]]  # as given (Decimal('NaN'), not the float it became)
         raise BatchError(
             f"{_where(relation, column)}: feature value {value!r} is not a finite number "
             f"(row {int(bad[0])})",

@@ -829,3 +829,15 @@ def test_arrow_uint64_with_nulls_beyond_int64_is_read_exactly():
         m.insert("T", table)
     m.insert("T", table.slice(0, 1))  # without the null: the exact big key
     assert m.result() == {(2**63 + 1,): 1.0}
+
+
+def test_a_non_finite_object_feature_is_named_as_given():
+    """A Decimal('NaN') feature's error named np.float64(nan), the float it became."""
+    from ringml.rings.scalar import RealRing
+
+    m = rm.Maintainer(rm.Query({"R": ["k", "x"]}, RealRing(["x"]), free=[]))
+    nan = decimal.Decimal("NaN")
+    rows = pd.DataFrame({"k": [1, 2], "x": np.array([decimal.Decimal("0.1"), nan], object)})
+    with pytest.raises(BatchError, match=r"feature value Decimal\('NaN'\) is not a finite"):
+        m.insert("R", rows)
+    assert m.result() == 0.0
