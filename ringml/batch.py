@@ -162,13 +162,15 @@ def as_frame(rows: object, relation: str = "?") -> pd.DataFrame:
 
 def _arrow_frame(arrow) -> pd.DataFrame:
     """An Arrow table as a DataFrame; an integer column with nulls becomes a nullable
-    ``Int64`` one (``to_pandas`` makes floats of it, rounding ints beyond 2**53)."""
+    ``Int64`` one (``UInt64`` for uint64, whose values may not fit int64; ``to_pandas``
+    makes floats of it, rounding ints beyond 2**53)."""
     import pyarrow as pa
 
     frame = arrow.to_pandas()
     for name, column in zip(arrow.column_names, arrow.columns, strict=True):
         if pa.types.is_integer(column.type) and column.null_count:
-            frame[name] = column.to_pandas(types_mapper={column.type: pd.Int64Dtype()}.get)
+            nullable = pd.UInt64Dtype() if column.type == pa.uint64() else pd.Int64Dtype()
+            frame[name] = column.to_pandas(types_mapper={column.type: nullable}.get)
     return frame
 
 
@@ -643,7 +645,7 @@ def feature_numbers(data, column: str, relation: str | None = None) -> np.ndarra
     """
     if isinstance(data, pd.Series):
         data = _extension_array(data)
-    data = np.asarray(data)
+    data = given = np.asarray(data)
     if data.dtype.kind == "O":
         data = _object_numbers(relation, column, data)
     elif data.dtype.kind not in "iuf" and data.size:
@@ -654,7 +656,7 @@ def feature_numbers(data, column: str, relation: str | None = None) -> np.ndarra
     finite = np.isfinite(data)
     if not finite.all():
         bad = np.flatnonzero(~finite)
-        value = data[bad[0]]
+        value = given[bad[0]]  # as given (Decimal('NaN'), not the float it became)
         raise BatchError(
             f"{_where(relation, column)}: feature value {value!r} is not a finite number "
             f"(row {int(bad[0])})",

@@ -13,13 +13,15 @@ the background), on :meth:`flush`, or when a ``with`` block ends.
 
 Semantics.  Every update is applied exactly once or rejected, and :class:`Flush` says which
 (by the ids given to :meth:`insert`, :meth:`delete` and :meth:`add`).  A flush applies its
-updates as *one* batch per relation, so, as within any batch, only the net change of each
-tuple over the flush is checked: a tuple deleted and then inserted again within one flush is
-valid in either order, while applied one update at a time the delete would be rejected.  The
-result after a flush is the result after the same rows applied one by one (up to the
-rounding of floating payloads, which are summed in another order).  When the coalesced
-apply is rejected, no view changed and the flush falls back to applying its updates one at
-a time, in arrival order: the valid ones are applied, each rejected one is reported with its
+updates as *one* batch per relation (one per relation and set of column dtypes when added
+batches' dtypes differ, all in one atomic ``apply``: stacking never changes a value's type),
+so, as within any batch, only the net change of each tuple over that batch is checked: a
+tuple deleted and then inserted again within one flush is valid in either order, while
+applied one update at a time the delete would be rejected.  The result after a flush is
+the result after the same rows applied one by one (up to the rounding of floating payloads,
+which are summed in another order).  When the coalesced apply is rejected, no view changed
+and the flush falls back to applying its updates one at a time, in arrival order: the
+valid ones are applied, each rejected one is reported with its
 :class:`~ringml.errors.BatchError` (not raised).  Subscribers of the maintainer (of a
 database's views) see one delta (diff) per ``apply``: one per flush, or one per update in
 the fallback.
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .batch import EXACT_IN_FLOAT, UpdateBatch, exact_column
+from .batch import UpdateBatch, exact_column
 from .delta import ResultDelta
 from .errors import BatchError, InputTypeError, SubscriberError
 
@@ -66,21 +68,6 @@ def _column(values: tuple) -> np.ndarray | pd.Series:
             if index.tz is None:
                 return index.to_numpy()
     return pd.Series(exact_column(values))
-
-
-def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """Frames stacked as ``pd.concat`` stacks them, except that a column it would turn
-    into floats from integers that floats round is stacked as objects."""
-    frame = pd.concat(frames, ignore_index=True)
-    lossy = {
-        c: object
-        for c in frame.columns
-        if frame[c].dtype.kind == "f"
-        and any(f[c].dtype.kind in "iu" and (f[c].abs() > EXACT_IN_FLOAT).any() for f in frames)
-    }
-    if lossy:
-        frame = pd.concat([f.astype(lossy) for f in frames], ignore_index=True)
-    return frame
 
 
 @dataclass
@@ -197,7 +184,7 @@ class MicroBatcher:
             return report
         updates = sorted(u for r, p in pending.items() for u in self._updates(r, p))
         try:
-            batches = [self._batch(relation, p) for relation, p in pending.items()]
+            batches = [b for relation, p in pending.items() for b in self._batches(relation, p)]
             report.deltas.append(self.target.apply(batches))
         except BatchError:
             pass  # nothing changed: find the rejected updates one at a time
@@ -338,14 +325,17 @@ class MicroBatcher:
         arrays = [_column(values) for values in zip(*rows, strict=True)]
         return pd.DataFrame(dict(zip(columns, arrays, strict=True)), copy=False)
 
-    def _batch(self, relation: str, pending: _Pending) -> UpdateBatch:
-        """All of a relation's pending rows as one batch; :class:`BatchError` when a pending
-        batch's columns are not the relation's (each update is then applied alone)."""
+    def _batches(self, relation: str, pending: _Pending) -> list[UpdateBatch]:
+        """A relation's pending rows as one batch per set of column dtypes: only frames
+        whose columns have the same dtypes are stacked, since ``pd.concat`` of others may
+        change a value's type (True to 1.0, an int beyond 2**53 to a float) or fail on
+        values that each frame alone holds.  :class:`BatchError` when a pending batch's
+        columns are not the relation's (each update is then applied alone)."""
         columns = self._columns[relation]
-        frames, signs = [], []
+        groups: dict[tuple, tuple[list[pd.DataFrame], list[np.ndarray]]] = {}
         if pending.rows:
-            frames.append(self._frame(relation, pending.rows))
-            signs.append(np.asarray(pending.signs, dtype=np.int64))
+            frame = self._frame(relation, pending.rows)
+            groups[tuple(frame.dtypes)] = [frame], [np.asarray(pending.signs, dtype=np.int64)]
         for _, id, frame, batch_signs in pending.batches:
             if len(frame.columns) != len(columns) or set(frame.columns) != set(columns):
                 # pd.concat would fill a missing column with NaN
@@ -354,10 +344,17 @@ class MicroBatcher:
                     f"the relation {list(columns)}",
                     relation,
                 )
+            frames, signs = groups.setdefault(tuple(frame[c].dtype for c in columns), ([], []))
             frames.append(frame)
             signs.append(batch_signs)
-        frame = frames[0] if len(frames) == 1 else _concat(frames)
-        return UpdateBatch(relation, frame, np.concatenate(signs))
+        return [
+            UpdateBatch(
+                relation,
+                frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True),
+                np.concatenate(signs),
+            )
+            for frames, signs in groups.values()
+        ]
 
     def _updates(self, relation: str, pending: _Pending):
         """``(arrival, id, relation, values, signs)`` of every pending update: ``values`` a

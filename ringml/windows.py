@@ -59,6 +59,7 @@ from __future__ import annotations
 import bisect
 import datetime
 import re
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -66,6 +67,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from .batch import UpdateBatch, as_frame
 from .delta import held_deliveries, notify
@@ -255,10 +258,11 @@ def _check_origin(origin: Any) -> None:
         )
 
 
-def _as_times(values: pd.Series) -> tuple[pd.Series, str] | None:
+def _as_times(table: str, column: str, values: pd.Series) -> tuple[pd.Series, str] | None:
     """A column of objects or text (object, pandas ``string``, pyarrow strings) holding
     dates, datetimes or ISO date texts as datetimes, or timedeltas as durations, with the
-    kind of time; None for anything else (numbers, numeric texts)."""
+    kind of time; None for anything else (numbers, numeric texts).  Times mixing zones
+    (or zoned and zone-less ones) and datetimes outside 1677-2262 are refused by name."""
     inferred = pd.api.types.infer_dtype(values, skipna=True)
     if not values.notna().any():  # only NULLs: nothing says which kind of time
         return None
@@ -272,9 +276,102 @@ def _as_times(values: pd.Series) -> tuple[pd.Series, str] | None:
     if inferred == "string" and not np.isnan(_numbers(values)).any():
         return None
     try:
-        return pd.to_datetime(values, format="ISO8601"), "datetime"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # mixed offsets: object dtype
+            times = pd.to_datetime(values, format="ISO8601")
+    except pd.errors.OutOfBoundsDatetime:
+        at = _first_failure(values, lambda v: pd.Timestamp(v).as_unit("ns"))
+        _out_of_range(table, column, values.iloc[at])
     except (ValueError, TypeError, OverflowError):
-        return None
+        try:  # times, unless only in one zone
+            pd.to_datetime(values, format="ISO8601", utc=True)
+        except (ValueError, TypeError, OverflowError):
+            return None
+        times = values
+    if times.dtype == object:
+        present = values[values.notna()]
+        zones = present.map(lambda v: str(pd.Timestamp(v).tzinfo))
+        value = present.iloc[int(np.argmax(zones.to_numpy() != zones.iloc[0]))]
+        raise BatchError(
+            f"stream table {table!r}, column {column!r}: event time {value!r} is in another "
+            f"time zone than {present.iloc[0]!r}; give one column's times in one zone (or "
+            "all without one)",
+            table,
+            column,
+            value,
+        )
+    return times, "datetime"
+
+
+def _first_failure(values: pd.Series, convert: Callable[[Any], Any]) -> int:
+    """The row of the first value that ``convert`` raises on (error paths only)."""
+    for at, value in enumerate(values):
+        try:
+            convert(value)
+        except (ValueError, TypeError, OverflowError):
+            return at
+    return 0
+
+
+def _out_of_range(table: str, column: str, value: Any) -> None:
+    raise BatchError(
+        f"stream table {table!r}, column {column!r}: event time {value!r} is outside the "
+        "range of nanosecond times (1677 to 2262) that event times hold",
+        table,
+        column,
+        value,
+    )
+
+
+def _time_kind(dtype: Any) -> str:
+    """``datetime``, ``duration`` or ``number``: the kind of time a column's dtype holds
+    (numpy, pandas and pyarrow dates, timestamps and durations)."""
+    if isinstance(dtype, pd.ArrowDtype):
+        kind = dtype.pyarrow_dtype
+        if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
+            return "datetime"
+        return "duration" if pa.types.is_duration(kind) else "number"
+    if pd.api.types.is_datetime64_any_dtype(dtype):
+        return "datetime"
+    return "duration" if pd.api.types.is_timedelta64_dtype(dtype) else "number"
+
+
+def _time_array(values: pd.Series) -> np.ndarray:
+    """A datetime or duration column as numpy datetime64 / timedelta64 in its own unit:
+    tz-aware instants as UTC, NULLs as NaT (pyarrow dates, timestamps and durations too)."""
+    if isinstance(values.dtype, pd.ArrowDtype):
+        kind = values.dtype.pyarrow_dtype
+        array = pa.array(values.array)
+        if pa.types.is_date32(kind):  # days, as int32 only
+            array, unit = array.cast(pa.int32()), "D"
+        else:
+            unit = "ms" if pa.types.is_date64(kind) else kind.unit
+        ints = pc.fill_null(array.cast(pa.int64()), _NAT).to_numpy()
+        return ints.view(f"{'m' if pa.types.is_duration(kind) else 'M'}8[{unit}]")
+    if getattr(values.dtype, "tz", None) is not None:
+        values = values.dt.tz_convert("UTC").dt.tz_localize(None)
+    return values.to_numpy()
+
+
+def _zone(dtype: Any) -> Any:
+    """The time zone of a column of tz-aware datetimes (pandas, pyarrow or categorical),
+    None for any other column."""
+    if isinstance(dtype, pd.CategoricalDtype):
+        dtype = dtype.categories.dtype
+    if isinstance(dtype, pd.ArrowDtype):
+        return getattr(dtype.pyarrow_dtype, "tz", None)
+    return getattr(dtype, "tz", None)
+
+
+_NAT = np.iinfo(np.int64).min  # NaT's int64 bits
+
+
+def _nanoseconds(times: np.ndarray) -> tuple[np.ndarray, int | None]:
+    """datetime64 / timedelta64 values as int64 nanoseconds, with the row of the first
+    value outside their range (1677 to 2262; numpy's cast wraps it silently) or None."""
+    nanoseconds = times.astype(f"{times.dtype.kind}8[ns]")
+    wrapped = np.flatnonzero((nanoseconds.astype(times.dtype) != times) & ~np.isnat(times))
+    return nanoseconds.view(np.int64), int(wrapped[0]) if wrapped.size else None
 
 
 def _numbers(values: pd.Series) -> np.ndarray:
@@ -322,13 +419,17 @@ class _Clock:
             self.kind = kind
 
     def times(self, table: str, column: str, values: pd.Series) -> np.ndarray:
-        if pd.api.types.is_datetime64_any_dtype(values.dtype):
-            kind = "datetime"
-        elif pd.api.types.is_timedelta64_dtype(values.dtype):
-            kind = "duration"
-        else:
-            kind = "number"
-        read = _as_times(values) if kind == "number" and _is_text(values.dtype) else None
+        if (
+            isinstance(values.dtype, pd.CategoricalDtype)
+            and _time_kind(values.dtype.categories.dtype) in _NANOSECONDS
+        ):
+            values = values.astype(values.dtype.categories.dtype)
+        kind = _time_kind(values.dtype)
+        read = (
+            _as_times(table, column, values)
+            if kind == "number" and _is_text(values.dtype)
+            else None
+        )
         if read is not None:  # dates, datetimes or ISO texts (a DATE column's values)
             values, kind = read
         if kind == "number" and values.dtype.kind not in "iuf":
@@ -353,14 +454,12 @@ class _Clock:
                 column,
                 values.iloc[0],
             )
-        if kind == "datetime":
-            if getattr(values.dt, "tz", None) is not None:
-                values = values.dt.tz_convert("UTC").dt.tz_localize(None)
-            out = values.to_numpy("datetime64[ns]").view(np.int64)
-            missing = values.isna().to_numpy()
-        elif kind == "duration":
-            out = values.to_numpy("timedelta64[ns]").view(np.int64)
-            missing = values.isna().to_numpy()
+        if kind in _NANOSECONDS:
+            times = _time_array(values)
+            out, wrapped = _nanoseconds(times)
+            if wrapped is not None:
+                _out_of_range(table, column, values.iloc[wrapped])
+            missing = np.isnat(times)
         else:
             _check_exact_numbers(table, column, values)
             out = values.to_numpy(np.float64, na_value=np.nan)
@@ -893,11 +992,18 @@ class WindowedStream:
                 missing[0],
             )
         times = self._clock.times(batch.relation, spec.time_column, frame[spec.time_column])
-        if _is_text(frame[spec.time_column].dtype) and self._clock.kind in _NANOSECONDS:
-            # dates, ISO texts or timedeltas: kept as the datetimes (durations) they are, so
-            # that the rows of several batches stack as one column of one type
+        dtype = frame[spec.time_column].dtype
+        if self._clock.kind in _NANOSECONDS and (
+            _is_text(dtype) or isinstance(dtype, pd.ArrowDtype | pd.CategoricalDtype)
+        ):
+            # dates, ISO texts, timedeltas, pyarrow or categorical times: kept as the numpy
+            # datetimes (durations) they are, so that the rows of several batches stack as
+            # one column of one type
             unit = "datetime64[ns]" if self._clock.kind == "datetime" else "timedelta64[ns]"
-            frame = frame.assign(**{spec.time_column: times.view(unit)})
+            column = pd.Series(times.view(unit), index=frame.index)
+            if _zone(dtype) is not None:
+                column = column.dt.tz_localize("UTC").dt.tz_convert(_zone(dtype))
+            frame = frame.assign(**{spec.time_column: column})
         is_late = times < self._watermark
         if is_late.any():
             at = int(np.flatnonzero(is_late)[0])
@@ -1104,6 +1210,7 @@ class MinMaxView:
         self.relations = {relation: list(dict.fromkeys(self.by + self.values))}
         self._codes = {c: Dictionary(c) for c in self.by}
         self._kinds: dict[str, str] = {}  # value column -> "int" / "float" / "datetime"
+        self._zones: dict[str, Any] = {}  # datetime value column -> its time zone (or None)
         width = 8 * (len(self.by) + 1)
         self._dtype = np.dtype(f"S{width}")
         self._keys = {v: np.zeros(0, self._dtype) for v in self.values}
@@ -1121,6 +1228,7 @@ class MinMaxView:
             v: [] for v in self.values
         }
         kinds: dict[str, set[str]] = {v: set() for v in self.values}
+        zones: dict[str, dict[str, Any]] = {v: {} for v in self.values}
         null_deletes: dict[str, list[np.ndarray]] = {v: [] for v in self.values}
         for batch in batches:
             if batch.relation != self.relation:
@@ -1143,11 +1251,14 @@ class MinMaxView:
             for v in self.values:
                 data, present, kind = self._value_data(frame[v], v)
                 kinds[v].add(kind)
+                if kind == "datetime":
+                    zones[v].setdefault(str(_zone(frame[v].dtype)), _zone(frame[v].dtype))
                 value_parts[v].append((groups[present], data[present], signs[present]))
                 null_deletes[v].append(groups[~present & (signs < 0)])
         if not group_parts:
             return
         staged = {v: self._kind_of(v, kinds[v]) for v in self.values}
+        staged_zones = {v: self._zone_of(v, zones[v]) for v in self.values if zones[v]}
         rows = self._merge(
             self._rows_keys,
             self._rows,
@@ -1167,6 +1278,7 @@ class MinMaxView:
             merged[v] = self._merge(old_keys, old_counts, keys, signs, v)
             self._check_null_deletes(v, np.concatenate(null_deletes[v]), rows, merged[v])
         self._kinds = {**self._kinds, **staged}
+        self._zones.update(staged_zones)
         self._rows_keys, self._rows = rows
         for v, (keys, counts) in merged.items():
             self._keys[v], self._counts[v] = keys, counts
@@ -1190,11 +1302,23 @@ class MinMaxView:
         return np.ascontiguousarray(codes).view(self._rows_keys.dtype).ravel()
 
     def _value_data(self, column: pd.Series, name: str) -> tuple[np.ndarray, np.ndarray, str]:
-        """A value column's numbers (int64 or float64), which rows are not NULL, and the
-        kind: ``int``, ``float`` or ``datetime``."""
+        """A value column's numbers (int64 or float64; datetimes as nanoseconds, tz-aware
+        ones of UTC), which rows are not NULL, and the kind: ``int``, ``float`` or
+        ``datetime``."""
         present = column.notna().to_numpy()
-        if pd.api.types.is_datetime64_any_dtype(column):
-            return column.to_numpy("datetime64[ns]").view(np.int64), present, "datetime"
+        if _time_kind(column.dtype) == "datetime":
+            data, wrapped = _nanoseconds(_time_array(column))
+            if wrapped is not None:
+                value = column.iloc[wrapped]
+                raise BatchError(
+                    f"{self.name}: relation {self.relation!r}, column {name!r}: value "
+                    f"{value!r} is outside the range of nanosecond times (1677 to 2262) that "
+                    "MIN/MAX hold",
+                    self.relation,
+                    name,
+                    value,
+                )
+            return data, present, "datetime"
         if column.dtype.kind in "iu":
             data = column.to_numpy()
             if data.dtype.kind == "u" and data.size and int(data.max()) > INT64_MAX:
@@ -1240,6 +1364,20 @@ class MinMaxView:
             self.relation,
             name,
         )
+
+    def _zone_of(self, name: str, seen: dict[str, Any]) -> Any:
+        """The time zone of a datetime column after a batch (None: zone-less); one column's
+        datetimes are all in one zone, so MIN/MAX come back in it."""
+        if name in self._zones:
+            seen = {str(self._zones[name]): self._zones[name], **seen}
+        if len(seen) > 1:
+            raise BatchError(
+                f"{self.name}: relation {self.relation!r}, column {name!r} mixes datetimes "
+                f"of time zones {sorted(seen)} (None: no zone); convert them to one zone",
+                self.relation,
+                name,
+            )
+        return next(iter(seen.values()))
 
     def _as_floats(self, keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Integer-valued keys re-encoded as floats (order kept; integers beyond 2**53 that
@@ -1340,6 +1478,11 @@ class MinMaxView:
         out["count"] = self._rows
         for v in self.values:
             low, high = self._extremes(v)
+            if self._zones.get(v) is not None:  # tz-aware datetimes: back in their zone
+                low, high = (
+                    pd.DatetimeIndex(x).tz_localize("UTC").tz_convert(self._zones[v])
+                    for x in (low, high)
+                )
             out[f"min_{v}"], out[f"max_{v}"] = low, high
         return pd.DataFrame(out)
 

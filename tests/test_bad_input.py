@@ -847,3 +847,34 @@ def test_malformed_nested_orders_are_named(order):
     q = rm.Query({"R": ["A", "B"]}, IntegerRing())
     with pytest.raises(VariableOrderError, match="order"):
         rm.Maintainer(q, order=order)
+
+
+def test_arrow_uint64_with_nulls_beyond_int64_is_read_exactly():
+    """A uint64 Arrow column with a null was mapped to Int64: a value >= 2**63 raised
+    pyarrow's ArrowInvalid from Maintainer.insert and Database.insert, not a BatchError."""
+    from ringml.rings.scalar import RealRing
+
+    from ringml.sql import Database
+
+    table = pa.table({"k": pa.array([2**63 + 1, None], pa.uint64()), "v": [1.0, 2.0]})
+    db = Database("CREATE TABLE T (k BIGINT NULL, v DOUBLE)")
+    with pytest.raises(BatchError, match=r"'k' \(BIGINT\): value 9223372036854775809 .*BIGINT"):
+        db.insert("T", table)
+    assert len(db.table("T")) == 0
+    m = rm.Maintainer(rm.Query({"T": ["k", "v"]}, RealRing(["v"]), free=["k"]))
+    with pytest.raises(BatchError, match="'k': missing value <NA>"):
+        m.insert("T", table)
+    m.insert("T", table.slice(0, 1))  # without the null: the exact big key
+    assert m.result() == {(2**63 + 1,): 1.0}
+
+
+def test_a_non_finite_object_feature_is_named_as_given():
+    """A Decimal('NaN') feature's error named np.float64(nan), the float it became."""
+    from ringml.rings.scalar import RealRing
+
+    m = rm.Maintainer(rm.Query({"R": ["k", "x"]}, RealRing(["x"]), free=[]))
+    nan = decimal.Decimal("NaN")
+    rows = pd.DataFrame({"k": [1, 2], "x": np.array([decimal.Decimal("0.1"), nan], object)})
+    with pytest.raises(BatchError, match=r"feature value Decimal\('NaN'\) is not a finite"):
+        m.insert("R", rows)
+    assert m.result() == 0.0

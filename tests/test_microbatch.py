@@ -433,3 +433,43 @@ def test_a_fallback_that_applies_one_update_is_not_coalesced():
     flush = batcher.flush()
     assert flush.applied == ["ok"] and [i for i, _ in flush.rejected] == ["absent"]
     assert len(flush.deltas) == 1 and not flush.coalesced
+
+
+def test_batches_of_other_dtypes_are_not_stacked_into_a_changed_or_failing_column():
+    """pd.concat of buffered batches changed values' types or failed where each batch alone
+    did not: an Arrow int64 key 2**53+1 beside a float key made every flush raise
+    ArrowInvalid (the buffer jammed), a year-3000 datetime64[s] key beside a datetime64[ns]
+    one raised OutOfBoundsDatetime on every flush, and a bool feature stacked under floats
+    was applied as 1.0 though alone it is rejected."""
+    import pyarrow as pa
+    from ringml.rings.scalar import RealRing
+
+    from ringml import Query
+
+    query = Query({"R": ["k", "x"]}, RealRing(["x"]), free=["k"])
+    big = pd.array([2**53 + 1], dtype=pd.ArrowDtype(pa.int64()))
+    cases = [
+        ({"k": big, "x": [1.0]}, {"k": [1.5], "x": [2.0]}, None),
+        ({"k": np.array(["3000-01-01"], "datetime64[s]"), "x": [1.0]},
+         {"k": np.array(["2000-01-01"], "datetime64[ns]"), "x": [2.0]}, "outside the range"),
+        ({"k": [1], "x": np.array([True])}, {"k": [2], "x": [2.5]}, "is a boolean"),
+    ]  # fmt: skip
+    for first, second, rejected in cases:
+        m = Maintainer(query)
+        batcher = MicroBatcher(m, max_rows=100)
+        batcher.add(UpdateBatch.inserts("R", pd.DataFrame(first)), id="first")
+        batcher.add(UpdateBatch.inserts("R", pd.DataFrame(second)), id="second")
+        flush = batcher.flush()
+        assert batcher.pending == 0
+        one_by_one = Maintainer(query)
+        if rejected is None:
+            assert flush.coalesced and flush.applied == ["first", "second"]
+            one_by_one.insert("R", pd.DataFrame(first))
+        else:
+            assert flush.applied == ["second"] and [i for i, _ in flush.rejected] == ["first"]
+            error = flush.rejected[0][1]
+            assert isinstance(error, BatchError) and rejected in str(error)
+            with pytest.raises(BatchError, match=rejected):
+                one_by_one.insert("R", pd.DataFrame(first))
+        one_by_one.insert("R", pd.DataFrame(second))
+        assert m.result() == one_by_one.result()

@@ -303,3 +303,66 @@ def test_an_overflow_after_aggregation_names_the_aggregate_as_written(sql, named
     with pytest.raises(RingmlError, match=named) as info:
         view.to_pandas()
     assert "#a" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("times", "value"),
+    [
+        (["2024-01-01T00:00:00+01:00", "2024-01-01T00:00:00+02:00"], "2024-01-01T00:00:00+01:00"),
+        (["2024-01-01", "2024-01-01T00:00:00+01:00"], "2024-01-01T00:00:00+01:00"),
+        (
+            [pd.Timestamp("2024-01-01", tz="UTC"), pd.Timestamp("2024-01-01", tz="Europe/Berlin")],
+            pd.Timestamp("2024-01-01", tz="UTC"),
+        ),
+        (
+            [pd.Timestamp("2024-01-01"), pd.Timestamp("2024-01-01", tz="Europe/Berlin")],
+            pd.Timestamp("2024-01-01", tz="Europe/Berlin"),
+        ),
+    ],
+)
+def test_timestamp_values_with_a_zone_are_refused_whatever_else_the_column_holds(times, value):
+    """Texts with two offsets (or an offset beside a zone-less text) were stored shifted to
+    UTC ('+01:00' midnight as 23:00 the day before); objects mixing zones were 'outside the
+    dates a table holds'."""
+    db = Database("CREATE TABLE T (t TIMESTAMP, v DOUBLE)")
+    db.create_view("V", "SELECT t, SUM(v) AS s FROM T GROUP BY t")
+    db.insert("T", pd.DataFrame({"t": [pd.Timestamp("2023-06-01")], "v": [1.0]}))
+    before = db.view("V").to_pandas()
+    rows = pd.DataFrame({"t": times, "v": [1.0, 2.0]})
+    with pytest.raises(BatchError, match=r"column 't' \(TIMESTAMP\).* has a time zone") as caught:
+        db.insert("T", rows)
+    assert (caught.value.relation, caught.value.column, caught.value.value) == ("T", "t", value)
+    pd.testing.assert_frame_equal(db.view("V").to_pandas(), before)
+
+
+def test_a_date_column_cuts_a_time_of_day_as_duckdb_does():
+    """A DATE column stored 2024-01-01 12:00 beside 2024-01-01 00:00: two 'dates' for one
+    day, and ``d = DATE '2024-01-01'`` missed the first; DuckDB's INSERT truncates."""
+    import duckdb
+
+    db = Database("CREATE TABLE T (d DATE, n DATE NULL, v DOUBLE)")
+    db.create_view("V", "SELECT d, COUNT(*) AS c FROM T GROUP BY d")
+    db.create_view("W", "SELECT COUNT(*) AS c FROM T WHERE d = DATE '2024-01-01'")
+    noon = pd.Timestamp("2024-01-01 12:00")
+    rows = pd.DataFrame(
+        {"d": [noon, pd.Timestamp("2024-01-01")], "n": [noon, None], "v": [1.0, 2.0]}
+    )
+    db.insert("T", rows)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE T (d DATE, n DATE, v DOUBLE)")
+    con.execute("INSERT INTO T SELECT * FROM rows")
+    assert db.view("V").to_pandas().values.tolist() == [[pd.Timestamp("2024-01-01"), 2]]
+    assert db.view("W").to_pandas()["c"].tolist() == [2]
+    expected = [pd.Timestamp(d) for (d,) in con.execute("SELECT d FROM T").fetchall()]
+    assert db.table("T")["d"].tolist() == expected
+    db.delete("T", pd.DataFrame({"d": [noon], "n": [noon], "v": [1.0]}))  # the same day
+    assert db.view("W").to_pandas()["c"].tolist() == [1]
+
+
+def test_timestamp_columns_are_named_timestamp_in_errors():
+    """Errors called a TIMESTAMP column DATE, and the NOT NULL hint said `t DATE NULL`."""
+    db = Database("CREATE TABLE T (t TIMESTAMP, v DOUBLE)")
+    with pytest.raises(BatchError, match=r"\(TIMESTAMP\).*declare it `t TIMESTAMP NULL`"):
+        db.insert("T", pd.DataFrame({"t": [pd.NaT], "v": [1.0]}))
+    with pytest.raises(BatchError, match=r"column 't' \(TIMESTAMP\): value 'not a time'"):
+        db.insert("T", pd.DataFrame({"t": ["not a time"], "v": [1.0]}))

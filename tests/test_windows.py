@@ -9,8 +9,11 @@ beyond the watermark; it never reads the stream's buffers."""
 
 from __future__ import annotations
 
+import datetime
+
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -1302,3 +1305,89 @@ def test_stream_database_errors_name_the_stream_table_and_match_names_like_inser
 def test_a_partitions_window_refuses_what_is_not_an_integer_by_name(first, last):
     with pytest.raises(InputTypeError, match="PARTITIONS needs integers"):
         Window.partitions(first, last)  # int(nan) raised a bare ValueError
+
+
+def _stream() -> tuple[Maintainer, WindowedStream]:
+    view = Maintainer(Query({"S": ["src", "loss"]}, RealRing(["loss"]), free=["src"]))
+    return view, WindowedStream(view, {"S": StreamTable("ts", "1 HOUR", "RANGE 2 HOURS")})
+
+
+@pytest.mark.parametrize(
+    "times",
+    [
+        np.array(["3000-01-01"], "datetime64[s]"),
+        np.array(["1500-01-01"], "datetime64[us]"),
+        pd.array([datetime.datetime(3000, 1, 1)], pd.ArrowDtype(pa.timestamp("s"))),
+        [datetime.datetime(3000, 1, 1)],
+    ],
+    ids=["datetime64[s]", "datetime64[us]", "arrow-timestamp", "python-datetime"],
+)
+def test_event_times_outside_nanoseconds_are_refused_not_wrapped(times):
+    """numpy's cast to nanoseconds wrapped a year-3000 event time to 1830 silently: the
+    watermark went back and a later 2024 row expired the year-3000 one."""
+    view, stream = _stream()
+    stream.insert("S", {"ts": [pd.Timestamp("2024-01-01")], "src": ["a"], "loss": [1.0]})
+    before, watermark = view.result(), stream.watermark
+    with pytest.raises(BatchError, match="'S', column 'ts'.*outside the range") as caught:
+        stream.insert("S", pd.DataFrame({"ts": times, "src": ["b"], "loss": [2.0]}))
+    assert (caught.value.relation, caught.value.column) == ("S", "ts")
+    assert pd.Timestamp(caught.value.value).year in (1500, 3000)
+    assert view.result() == before and stream.watermark == watermark
+
+
+def test_event_times_in_several_zones_are_refused_by_name():
+    """ISO texts with two offsets raised pandas' AttributeError (.dt accessor); objects
+    mixing zones (or zoned and zone-less) were 'neither a number nor a datetime'."""
+    berlin = pd.Timestamp("2024-01-01", tz="Europe/Berlin")
+    for times, value in [
+        (["2024-01-01T00:00:00+01:00", "2024-01-01T00:00:00+02:00"], "2024-01-01T00:00:00+02:00"),
+        ([pd.Timestamp("2024-01-01", tz="UTC"), berlin], berlin),
+        ([pd.Timestamp("2024-01-01"), berlin], berlin),
+    ]:
+        view, stream = _stream()
+        with pytest.raises(BatchError, match="'ts'.* in another time zone") as caught:
+            stream.insert("S", pd.DataFrame({"ts": times, "src": ["a", "b"], "loss": 1.0}))
+        assert caught.value.value == value and view.result() == {}
+
+
+def test_pyarrow_and_categorical_event_times_are_datetimes():
+    """A pyarrow date32 event time raised NotImplementedError (dt.tz); a category of
+    datetimes was 'neither a number nor a datetime'."""
+    for day, later in [
+        (pd.array([datetime.date(2024, 1, 1)], pd.ArrowDtype(pa.date32())), "2024-01-01 05:00"),
+        (pd.Categorical([pd.Timestamp("2024-01-01")]), "2024-01-01 01:00"),
+    ]:
+        view, stream = _stream()
+        stream.insert("S", pd.DataFrame({"ts": day, "src": ["a"], "loss": [1.0]}))
+        assert stream.watermark == pd.Timestamp("2024-01-01")
+        stream.insert("S", {"ts": [pd.Timestamp(later)], "src": ["b"], "loss": [2.0]})
+        expected = {("b",): 2.0} if later.endswith("05:00") else {("a",): 1.0, ("b",): 2.0}
+        assert view.result() == expected
+
+
+def test_minmax_view_refuses_datetimes_outside_nanoseconds():
+    """MAX of a year-3000 datetime64[s] value came back as 1830 (numpy's cast wraps)."""
+    view = MinMaxView("S", values=["t"], by=["g"])
+    view.apply(UpdateBatch.inserts("S", {"g": ["a"], "t": [pd.Timestamp("2024-01-01")]}))
+    before = view.result()
+    far = np.array(["2024-01-02", "3000-01-01"], "datetime64[s]")
+    with pytest.raises(BatchError, match="'S', column 't'.*3000.*outside the range") as caught:
+        view.apply(UpdateBatch.inserts("S", pd.DataFrame({"g": ["a", "a"], "t": far})))
+    assert caught.value.column == "t" and pd.Timestamp(caught.value.value).year == 3000
+    pd.testing.assert_frame_equal(view.result(), before)
+
+
+def test_minmax_view_keeps_the_time_zone_of_its_datetimes():
+    """MIN/MAX of tz-aware values came back as naive UTC wall-clock, the zone dropped."""
+    tokyo = pd.to_datetime(["2024-01-01 10:00", "2024-01-01 11:00", None]).tz_localize("Asia/Tokyo")
+    view = MinMaxView("S", values=["t"], by=["g"])
+    view.apply(UpdateBatch.inserts("S", pd.DataFrame({"g": ["a", "a", "b"], "t": tokyo})))
+    out = view.result().set_index("g")
+    assert out.loc["a", "min_t"] == tokyo[0] and out.loc["a", "max_t"] == tokyo[1]
+    assert str(out["max_t"].dt.tz) == "Asia/Tokyo" and pd.isna(out.loc["b", "max_t"])
+    arrow = pd.array([tokyo[0] - pd.Timedelta(hours=1)], pd.ArrowDtype(pa.timestamp("us", "UTC")))
+    before = view.result()
+    for other in [pd.to_datetime(["2024-01-01"]), arrow]:  # zone-less, another zone
+        with pytest.raises(BatchError, match="column 't' mixes datetimes of time zones"):
+            view.apply(UpdateBatch.inserts("S", pd.DataFrame({"g": ["a"], "t": other})))
+        pd.testing.assert_frame_equal(view.result(), before)

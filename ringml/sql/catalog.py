@@ -25,6 +25,7 @@ check, see :class:`~ringml.sql.expressions.Cast`.)
 from __future__ import annotations
 
 import datetime
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -82,8 +83,9 @@ _TYPE_NAMES = {
 }
 _KIND_OF = {name: kind for kind, names in _TYPE_NAMES.items() for name in names}
 SQL_NAME = {"int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR", "date": "DATE", "bool": "BOOLEAN"}
-#: the type names of the ``date`` kind whose values are whole days (the others, TIMESTAMP,
-#: DATETIME, ..., keep a time of day)
+#: the type names of the ``date`` kind whose values are whole days (a time of day is cut
+#: off, as DuckDB's INSERT into a DATE column does; the others, TIMESTAMP, DATETIME, ...,
+#: keep it)
 DAY_TYPES = ("DATE", "DATE32")
 
 
@@ -225,12 +227,13 @@ class TableSchema:
         out = {}
         nullable = self.nullable
         for c, kind, values in zip(self.columns, self.types, arrays, strict=True):
+            sql = self.sql_type(c)
             if nullable and c in nullable:
-                out[c] = conform_nullable(self.name, c, kind, values)
+                out[c] = conform_nullable(self.name, c, kind, values, sql)
                 continue
             clean = _CLEAN_ARRAY.get((kind, values.dtype))
-            if clean is None or not clean(values):
-                values = conform_column(self.name, c, kind, values)
+            if clean is None or not clean(values) or sql == "DATE":
+                values = conform_column(self.name, c, kind, values, sql=sql)
             out[c] = values
         return out
 
@@ -285,7 +288,9 @@ def _nulls(values: np.ndarray) -> np.ndarray:
     return np.zeros(values.shape[0], dtype=bool)
 
 
-def conform_nullable(table: str, column: str, kind: str, series) -> tuple[np.ndarray, np.ndarray]:
+def conform_nullable(
+    table: str, column: str, kind: str, series, sql: str | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """A nullable column's values as ``(values, null)``: None, NaN, ``pd.NA`` and NaT are
     NULL (the kind's fill value in ``values``), every other value as
     :func:`conform_column` takes it (±inf in a DOUBLE column is still rejected)."""
@@ -296,10 +301,10 @@ def conform_nullable(table: str, column: str, kind: str, series) -> tuple[np.nda
         values = np.asarray(series)
     null = _nulls(values)
     if not null.any():
-        return conform_column(table, column, kind, values), null
+        return conform_column(table, column, kind, values, sql=sql), null
     present = np.flatnonzero(~null)  # checked alone (messages name their batch rows)
     out = np.full(values.shape[0], _FILL[kind], dtype=_EMPTY[kind])
-    out[present] = conform_column(table, column, kind, values[present], present)
+    out[present] = conform_column(table, column, kind, values[present], present, sql)
     return out, null
 
 
@@ -311,6 +316,7 @@ def _reject(
     bad: np.ndarray,
     why: str,
     rows: np.ndarray | None = None,
+    sql: str | None = None,
 ):
     at = int(np.flatnonzero(bad)[0])
     value = values[at]
@@ -320,18 +326,31 @@ def _reject(
         value = value.item()
     row = at if rows is None else int(rows[at])
     raise BatchError(
-        f"table {table!r}, column {column!r} ({SQL_NAME[kind]}): value {value!r} (row {row}) {why}",
+        f"table {table!r}, column {column!r} ({sql or SQL_NAME[kind]}): value {value!r} (row "
+        f"{row}) {why}",
         table,
         column,
         value,
     )
 
 
-def _not_null(column: str, kind: str) -> str:
+def _not_null(column: str, sql: str) -> str:
     return (
-        f"is NULL; column {column!r} is NOT NULL (declare it `{column} {SQL_NAME[kind]} "
-        "NULL` to store NULLs)"
+        f"is NULL; column {column!r} is NOT NULL (declare it `{column} {sql} NULL` to store NULLs)"
     )
+
+
+def _zoned(values: np.ndarray) -> np.ndarray:
+    """Values with a time zone or UTC offset (aware datetimes, ISO texts with an offset);
+    error paths only."""
+
+    def zoned(value: object) -> bool:
+        try:
+            return pd.Timestamp(value).tzinfo is not None
+        except (ValueError, TypeError, OverflowError):
+            return False
+
+    return np.fromiter(map(zoned, values.tolist()), bool, values.shape[0])
 
 
 _OUTSIDE_DATES = (
@@ -388,14 +407,21 @@ _CLEAN_ARRAY = {
 
 
 def conform_column(
-    table: str, column: str, kind: str, series, rows: np.ndarray | None = None
+    table: str,
+    column: str,
+    kind: str,
+    series,
+    rows: np.ndarray | None = None,
+    sql: str | None = None,
 ) -> np.ndarray:
     """One column's values (a Series or an array) as the numpy array of its kind (no
-    NULLs, nothing lossy); ``rows``: each value's row in the batch, for messages (default:
-    its position)."""
+    NULLs, nothing lossy; a DATE column's times cut to their day); ``rows``: each value's
+    row in the batch, for messages (default: its position); ``sql``: the column's declared
+    type (default: its kind's, e.g. ``DATE`` for a TIMESTAMP)."""
+    sql = sql or SQL_NAME[kind]
 
     def reject(table, column, kind, values, bad, why):
-        _reject(table, column, kind, values, bad, why, rows)
+        _reject(table, column, kind, values, bad, why, rows, sql)
 
     if isinstance(series, pd.Series | pd.api.extensions.ExtensionArray):
         extension = isinstance(series.dtype, pd.api.extensions.ExtensionDtype)
@@ -410,7 +436,7 @@ def conform_column(
     if kind_of == "O" and n and inferred != _CLEAN.get(kind):  # clean: no NULL possible
         missing = np.asarray(pd.isna(values), dtype=bool)
         if missing.any():
-            reject(table, column, kind, values, missing, _not_null(column, kind))
+            reject(table, column, kind, values, missing, _not_null(column, sql))
     if kind == "int":
         if kind_of in "iu":
             if kind_of == "u" and n and values.max() > np.iinfo(np.int64).max:
@@ -426,7 +452,7 @@ def conform_column(
         if kind_of == "f" or inferred in ("floating", "mixed-integer-float", "decimal"):
             as_float = values.astype(np.float64)
             if kind_of == "f" and np.isnan(as_float).any():
-                reject(table, column, kind, values, np.isnan(as_float), _not_null(column, kind))
+                reject(table, column, kind, values, np.isnan(as_float), _not_null(column, sql))
             bad = ~np.isfinite(as_float) | (as_float != np.round(as_float))
             if kind_of == "O" and not bad.any():  # each value itself: floats round 2**53 + 1
                 bad = np.asarray([int(v) != v for v in values.tolist()], dtype=bool)
@@ -458,7 +484,7 @@ def conform_column(
             bad = ~np.isfinite(out)
             if bad.any():
                 if np.isnan(out).any():
-                    reject(table, column, kind, values, np.isnan(out), _not_null(column, kind))
+                    reject(table, column, kind, values, np.isnan(out), _not_null(column, sql))
                 reject(table, column, kind, values, bad, "is not a finite number")
             return out
         reject(table, column, kind, values, _not_number(values), "is not a number")
@@ -476,23 +502,29 @@ def conform_column(
             out = values.astype("datetime64[ns]", copy=False)
             bad = np.isnat(out)
             if bad.any():
-                reject(table, column, kind, values, bad, _not_null(column, kind))
+                reject(table, column, kind, values, bad, _not_null(column, sql))
             wrapped = out.astype(values.dtype) != values  # numpy casts out of range silently
             if wrapped.any():
                 reject(table, column, kind, values, wrapped, _OUTSIDE_DATES)
-            return out
+            return _whole_days(out) if sql == "DATE" else out
         if kind_of == "O" and inferred in ("date", "datetime", "datetime64", "string", "empty"):
             try:
-                converted = pd.to_datetime(pd.Series(values), format="ISO8601")
+                with warnings.catch_warnings():  # mixed offsets: an object result, refused
+                    warnings.simplefilter("ignore", FutureWarning)
+                    converted = pd.to_datetime(pd.Series(values), format="ISO8601")
             except (ValueError, TypeError, OverflowError):
+                zoned = _zoned(values)  # zones mixed with others or no zone
+                if zoned.any():
+                    reject(table, column, kind, values, zoned, "has a time zone")
                 converted = pd.to_datetime(pd.Series(values), format="ISO8601", errors="coerce")
                 bad = converted.isna().to_numpy()
                 first = values[np.flatnonzero(bad)[0]]
                 why = _OUTSIDE_DATES if _is_calendar_date(first) else "is not a date"
                 reject(table, column, kind, values, bad, why)
-            if getattr(converted.dtype, "tz", None) is not None:
-                reject(table, column, kind, values, np.ones(n, bool), "has a time zone")
-            return converted.to_numpy().astype("datetime64[ns]")
+            if converted.dtype == object or getattr(converted.dtype, "tz", None) is not None:
+                reject(table, column, kind, values, _zoned(values), "has a time zone")
+            out = converted.to_numpy().astype("datetime64[ns]")
+            return _whole_days(out) if sql == "DATE" else out
         reject(table, column, kind, values, np.ones(n, dtype=bool), "is not a date")
     if kind == "bool":
         if kind_of == "b":
@@ -501,6 +533,11 @@ def conform_column(
             return values.astype(bool)
         reject(table, column, kind, values, np.ones(n, dtype=bool), "is not a boolean")
     raise AssertionError(kind)
+
+
+def _whole_days(times: np.ndarray) -> np.ndarray:
+    """datetime64[ns] times cut to the start of their day."""
+    return times.astype("datetime64[D]").astype("datetime64[ns]")
 
 
 def _not_number(values: np.ndarray) -> np.ndarray:

@@ -121,7 +121,8 @@ class TableStore:
         """A column of a typed frame as :meth:`prepare` takes it."""
         if column in self.schema.nullable:
             kind = self.schema.type_of(column)
-            return conform_nullable(self.schema.name, column, kind, values)
+            sql = self.schema.sql_type(column)
+            return conform_nullable(self.schema.name, column, kind, values, sql)
         return values.to_numpy()
 
     def _prepare_fingerprinted(self, columns: Columns, signs: np.ndarray) -> TableChange:
