@@ -461,7 +461,9 @@ class StreamingMaintainer:
     so ``query.ring.statistics(sm.result())`` works after a restart.
     ``on_error`` is ``"reject"`` (raise :class:`FeedError`, apply nothing) or
     ``"dead_letter"`` (write bad rows to ``dead_letter_path``, apply the rest).
-    ``on_batch(report)`` runs after every ``callback_every`` applied batches.
+    ``on_batch(report)`` runs after every ``callback_every`` applied batches, once the
+    batch is committed and :attr:`lock` released (so it may wait on threads that read
+    :meth:`result`).  Subscribers of ``maintainer`` run inside the apply, before the commit.
     ``snapshot_every`` trades the per-batch snapshot for a per-batch log record (see
     :class:`StateCheckpoint`).  ``maintainer`` may be a
     :class:`~ringml.pipelines.spark_distributed.DistributedMaintainer` (see the module docs:
@@ -740,7 +742,12 @@ class StreamingMaintainer:
         it is public so that replays and failures can be exercised without Spark.
         """
         with self.lock:
-            return self._process_batch(table, batch_id)
+            report = self._process_batch(table, batch_id)
+        # after the lock: a callback may wait on threads that read the committed state
+        if report is not None and self.on_batch is not None:
+            if self.batches_applied % self.callback_every == 0:
+                self.on_batch(report)
+        return report
 
     def _process_batch(self, table, batch_id: int) -> BatchReport | None:
         if self._dirty:
@@ -798,8 +805,6 @@ class StreamingMaintainer:
         )
         self.reports.append(report)
         self._after_commit(report)
-        if self.on_batch is not None and self.batches_applied % self.callback_every == 0:
-            self.on_batch(report)
         return report
 
     def _bind_spark_query(self) -> None:

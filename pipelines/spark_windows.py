@@ -287,11 +287,14 @@ class StreamingWindows(StreamingMaintainer):
             return self.maintainer.watermark
 
     def result(self) -> Any:
-        """The first target's result as of the last committed batch (a maintainer's root
-        payload, ...; safe while streaming)."""
+        """The first target's result as of the last committed batch: a maintainer's root
+        payload, a database's views as ``{name: rows}`` (safe while streaming)."""
         with self.lock:
             self._committed()
-            return self.maintainer.targets[0].result()
+            target = self.maintainer.targets[0]
+            if _is_database(target):
+                return {name: view.to_pandas() for name, view in target.views.items()}
+            return target.result()
 
     # ------------------------------------------------------------------ hooks
     def _relations(self) -> Mapping[str, Sequence[str]]:
@@ -392,7 +395,7 @@ class StreamingWindows(StreamingMaintainer):
         kept = []
         for batch in batches:
             column = columns.get(batch.relation)
-            late = _behind(batch.rows[column], watermark) if column is not None else None
+            late = None if column is None else _behind(batch, column, watermark)
             if late is None or not late.any():
                 kept.append(batch)
                 continue
@@ -413,10 +416,12 @@ class StreamingWindows(StreamingMaintainer):
         return kept, bad
 
 
-def _behind(values: pd.Series, watermark: Any) -> np.ndarray:
-    """Which event times are behind ``watermark`` (the windowed stream's rule, ``t < w``);
-    the watermark is ``-inf`` (nothing is behind it) before the first event, whatever the
-    event times' type (numbers, timestamps, dates, durations)."""
+def _behind(batch: UpdateBatch, column: str, watermark: Any) -> np.ndarray:
+    """Which event times (``column`` of the batch's rows) are behind ``watermark`` (the
+    windowed stream's rule, ``t < w``); the watermark is ``-inf`` (nothing is behind it)
+    before the first event, whatever the event times' type (numbers, timestamps, dates,
+    durations)."""
+    values = batch.rows[column]
     if isinstance(watermark, pd.Timedelta):  # durations as event times
         return (pd.to_timedelta(values) < watermark).to_numpy()
     if not isinstance(watermark, pd.Timestamp):
@@ -424,7 +429,7 @@ def _behind(values: pd.Series, watermark: Any) -> np.ndarray:
             return np.zeros(len(values), dtype=bool)
         return pd.to_numeric(values).to_numpy(np.float64) < float(watermark)
     if values.dtype == object:
-        found = _as_times(values)  # dates, datetimes or ISO texts, as the stream reads
+        found = _as_times(batch.relation, column, values)  # as the stream reads them
         times = pd.to_datetime(values) if found is None else found[0]
     else:
         times = pd.to_datetime(values)

@@ -9,7 +9,10 @@ buffers updates (single rows as plain tuples or mappings, or whole :class:`Updat
 for a maintainer or a SQL database and applies them as one atomic ``apply`` -- one batch
 per relation (table) -- when ``max_rows`` rows are pending, when the oldest pending update
 is ``max_delay`` seconds old (checked on every update and by :meth:`poll`; no thread runs in
-the background), on :meth:`flush`, or when a ``with`` block ends.
+the background), on :meth:`flush`, or when a ``with`` block ends.  A batcher takes updates,
+:meth:`poll` and :meth:`flush` from any thread (one lock: an update waits while a flush
+applies); its target is no more thread-safe than any maintainer, so do not apply to it
+directly while the batcher may flush.
 
 Semantics.  Every update is applied exactly once or rejected, and :class:`Flush` says which
 (by the ids given to :meth:`insert`, :meth:`delete` and :meth:`add`).  A flush applies its
@@ -29,6 +32,7 @@ the fallback.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -138,6 +142,16 @@ class MicroBatcher:
         self._rows = 0
         self._since: float | None = None
         self._arrivals = 0
+        self._lock = threading.Lock()  # updates, poll and flush from any thread
+
+    def __getstate__(self) -> dict:
+        state = dict(vars(self))
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        vars(self).update(state)
+        self._lock = threading.Lock()
 
     @property
     def pending(self) -> int:
@@ -147,11 +161,13 @@ class MicroBatcher:
     def insert(self, relation: str, row: Sequence | Mapping, id: Hashable = None) -> Flush | None:
         """Buffer the insert of one tuple: values in the relation's column order, or a
         mapping of every column to its value."""
-        return self._push_row(relation, row, 1, id)
+        with self._lock:
+            return self._push_row(relation, row, 1, id)
 
     def delete(self, relation: str, row: Sequence | Mapping, id: Hashable = None) -> Flush | None:
         """Buffer the delete of one tuple (as :meth:`insert` takes it)."""
-        return self._push_row(relation, row, -1, id)
+        with self._lock:
+            return self._push_row(relation, row, -1, id)
 
     def add(self, batch: UpdateBatch, id: Hashable = None) -> Flush | None:
         """Buffer a whole batch (its rows are checked when it is applied)."""
@@ -159,17 +175,17 @@ class MicroBatcher:
             raise InputTypeError(f"add takes an UpdateBatch, got {type(batch).__name__}")
         relation = self._check_relation(batch.relation)
         signs = batch.signs()
-        arrival = self._arrive()
-        pending = self._pending.setdefault(relation, _Pending())
-        pending.batches.append((arrival, arrival if id is None else id, batch.rows, signs))
-        self._rows += len(signs)
-        return self._after_push()
+        with self._lock:
+            arrival = self._arrive()
+            pending = self._pending.setdefault(relation, _Pending())
+            pending.batches.append((arrival, arrival if id is None else id, batch.rows, signs))
+            self._rows += len(signs)
+            return self._after_push()
 
     def poll(self) -> Flush | None:
         """Flush when the oldest pending update is ``max_delay`` old (for idle streams)."""
-        if self._due():
-            return self.flush()
-        return None
+        with self._lock:
+            return self._flush() if self._due() else None
 
     def flush(self) -> Flush:
         """Apply every pending update now (see the module docstring); the buffer is empty
@@ -177,6 +193,10 @@ class MicroBatcher:
         updates not applied left pending; a :class:`~ringml.errors.SubscriberError` (a
         subscriber raised, the updates were applied) carries the :class:`Flush` as
         ``error.flush``."""
+        with self._lock:
+            return self._flush()
+
+    def _flush(self) -> Flush:
         pending, self._pending = self._pending, {}
         since, report = self._since, Flush(rows=self._rows)
         self._rows, self._since = 0, None
@@ -246,7 +266,7 @@ class MicroBatcher:
 
     def _after_push(self) -> Flush | None:
         if self._rows >= self.max_rows or self._due():
-            return self.flush()
+            return self._flush()
         return None
 
     def _due(self) -> bool:

@@ -560,3 +560,27 @@ def test_an_unreadable_windows_snapshot_leaves_the_callers_targets_as_they_were(
     assert other.result() == {} and like.targets == [other]
     restored = restore_windows(data, like)
     assert restored.targets == [other] and other.result() == {("a",): 1.0}
+
+
+def test_result_of_a_sql_stream_and_on_batch_outside_the_lock(tmp_path):
+    """result() of a StreamDatabase's stream raised AttributeError ('Database' has no
+    result); on_batch ran while process_batch held the lock, so a callback waiting on a
+    thread that reads result() deadlocked."""
+    import concurrent.futures
+
+    from ringml.sql import StreamDatabase
+
+    sdb = StreamDatabase(lateness=5, late="dead_letter")
+    sdb.create_stream_table("CREATE TABLE S (ts INT, src TEXT, loss DOUBLE NULL)", "ts", 10)
+    sdb.create_view("v", "SELECT src, COUNT(*) AS n FROM S GROUP BY src", window="RANGE 30")
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    seen: list = []
+
+    def on_batch(report):  # e.g. pushes the fresh view to a cache served by another thread
+        seen.append(pool.submit(lambda: sw.result()["v"]).result(timeout=10))
+
+    sw = StreamingWindows(sdb.stream, tmp_path / "s", on_error="dead_letter",
+                          dead_letter_path=tmp_path / "d", on_batch=on_batch)  # fmt: skip
+    sw.process_batch(_nullable_layout([1, 2], ["a", "a"], [1.0, None]), 0)
+    pool.shutdown()
+    assert [frame.to_dict("records") for frame in seen] == [[{"src": "a", "n": 2}]]
