@@ -202,22 +202,22 @@ class MicroBatcher:
         self._rows, self._since = 0, None
         if not pending:
             return report
-        updates = sorted(u for r, p in pending.items() for u in self._updates(r, p))
         try:
             batches = [b for relation, p in pending.items() for b in self._batches(relation, p)]
             report.deltas.append(self.target.apply(batches))
         except BatchError:
             pass  # nothing changed: find the rejected updates one at a time
         except SubscriberError as error:  # applied; a subscriber failed
-            report.applied = [id for _, id, *_ in updates]
+            report.applied = self._ids(pending)
             error.flush = report
             raise
         except BaseException:  # not a rejection (a bug, an interrupt): nothing is dropped
             self._pending, self._rows, self._since = pending, report.rows, since
             raise
         else:
-            report.applied = [id for _, id, *_ in updates]
+            report.applied = self._ids(pending)
             return report
+        updates = self._arrived(pending)
         for k, (_, id, relation, values, signs) in enumerate(updates):
             try:
                 report.deltas.append(self.target.apply(self._single(relation, values, signs)))
@@ -253,7 +253,10 @@ class MicroBatcher:
         if type(row) is not tuple or self._width.get(relation) != len(row):
             relation = self._check_relation(relation)
             row = self._row(relation, row)
-        arrival = self._arrive()
+        arrival = self._arrivals
+        self._arrivals += 1
+        if self._since is None:
+            self._since = self.clock()
         pending = self._pending.get(relation)
         if pending is None:
             pending = self._pending[relation] = _Pending()
@@ -262,7 +265,9 @@ class MicroBatcher:
         pending.ids.append(arrival if id is None else id)
         pending.arrivals.append(arrival)
         self._rows += 1
-        return self._after_push()
+        if self._rows >= self.max_rows or (self.max_delay is not None and self._due()):
+            return self._flush()
+        return None
 
     def _after_push(self) -> Flush | None:
         if self._rows >= self.max_rows or self._due():
@@ -375,6 +380,18 @@ class MicroBatcher:
             )
             for frames, signs in groups.values()
         ]
+
+    def _arrived(self, pending: dict[str, _Pending]) -> list[tuple]:
+        """Every pending update (see :meth:`_updates`) in arrival order."""
+        return sorted(u for r, p in pending.items() for u in self._updates(r, p))
+
+    def _ids(self, pending: dict[str, _Pending]) -> list[Hashable]:
+        """The pending updates' ids in arrival order."""
+        if len(pending) == 1:
+            (only,) = pending.values()
+            if not only.batches:  # rows only: they arrived in their order
+                return list(only.ids)
+        return [id for _, id, *_ in self._arrived(pending)]
 
     def _updates(self, relation: str, pending: _Pending):
         """``(arrival, id, relation, values, signs)`` of every pending update: ``values`` a
