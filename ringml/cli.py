@@ -30,24 +30,24 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number >= 0")
-    return value
+def _number_in(low: float, high: float, what: str):
+    """An argparse type: a float with ``low <= value <= high`` (NaN never is)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be {what}")
+        return value
+
+    return parse
 
 
-def _delete_fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value <= 0.5:  # deletes never outnumber the inserts they delete
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a number in [0, 0.5]")
-    return value
+_non_negative = _number_in(0.0, sys.float_info.max, "a finite number >= 0")
+# deletes never outnumber the inserts they delete
+_delete_fraction = _number_in(0.0, 0.5, "a number in [0, 0.5]")
 
 
 #: Spark's master URLs: local[N] (N threads, or * for one per core), a cluster manager

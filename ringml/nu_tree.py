@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from .errors import VariableOrderError
 from .query import Atom, Query
 from .variable_order import VariableOrder, is_q_hierarchical
-from .view_tree import AtomLeaf, Node, ViewNode, ViewTree
+from .view_tree import AtomLeaf, Node, ViewNode, ViewTree, view_name
 
 
 @dataclass
@@ -116,7 +116,7 @@ def build_nu(
     def view(prefix: str, x: str, keys, summed, kids: list[Node]) -> ViewNode:
         atoms = frozenset().union(*(k.atoms for k in kids))
         node = ViewNode(
-            _name(prefix, x, atoms, taken), (x,), keys, tuple(summed), kids, atoms=atoms
+            view_name(x, atoms, taken, prefix), (x,), keys, tuple(summed), kids, atoms=atoms
         )
         for k in kids:
             k.parent = node
@@ -132,7 +132,7 @@ def build_nu(
                 child.variables = (x,) + child.variables
                 child.marginalized = (x,) + child.marginalized
                 child.keys = keys_of(dep)
-                child.name = _name("V", x, child.atoms, taken)
+                child.name = view_name(x, child.atoms, taken)
                 return child
             return view("V", x, keys_of(dep), (x,), kids)
         if len(kids) >= 2:
@@ -185,15 +185,3 @@ def _payload_views(root: Node, free: set[str], query: Query) -> list[Node]:
 
     visit(root)
     return out
-
-
-def _name(prefix: str, variable: str, atoms: frozenset[str], taken: set[str]) -> str:
-    """``<prefix>@X_<initials of the atoms below>``, numbered past the names ``taken``
-    (atoms' and views', so a relation named like a view never shadows it)."""
-    base = f"{prefix}@{variable}_{''.join(sorted(a[0] for a in atoms))}"
-    name, k = base, 1
-    while name in taken:
-        k += 1
-        name = f"{base}{k}"
-    taken.add(name)
-    return name

@@ -103,10 +103,10 @@ class ViewTree:
                 child.variables = (variable,) + child.variables
                 child.marginalized = marginal + child.marginalized
                 child.keys = keys
-                child.name = _name(variable, child.atoms, taken)
+                child.name = view_name(variable, child.atoms, taken)
                 return child
             node = ViewNode(
-                _name(variable, atoms, taken), (variable,), keys, marginal, kids, atoms=atoms
+                view_name(variable, atoms, taken), (variable,), keys, marginal, kids, atoms=atoms
             )
             for k in kids:
                 k.parent = node
@@ -193,10 +193,10 @@ class ViewTree:
                 )
 
 
-def _name(variable: str, atoms: frozenset[str], taken: set[str]) -> str:
-    """``V@X_<initials of the atoms below>``, numbered past the names ``taken`` (atoms'
-    and views', so a relation named like a view never shadows it)."""
-    base = f"V@{variable}_{''.join(sorted(a[0] for a in atoms))}"
+def view_name(variable: str, atoms: frozenset[str], taken: set[str], prefix: str = "V") -> str:
+    """``<prefix>@X_<initials of the atoms below>``, numbered past the names ``taken``
+    (atoms' and views', so a relation named like a view never shadows it)."""
+    base = f"{prefix}@{variable}_{''.join(sorted(a[0] for a in atoms))}"
     name, k = base, 1
     while name in taken:
         k += 1

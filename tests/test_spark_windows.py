@@ -281,19 +281,7 @@ def _sql_pipeline(state, dead):
 
 
 def _sql_layout(rows: pd.DataFrame) -> pa.Table:
-    n = len(rows)
-    return pa.table(
-        {
-            "__ringml_feed": pa.array([0] * n, pa.int32()),
-            "__ringml_relation": ["S"] * n,
-            "__ringml_op": ["insert"] * n,
-            "__ringml_mult": pa.array([None] * n, pa.int64()),
-            "__ringml_corrupt": pa.array([None] * n, pa.string()),
-            "__f0__ts": pa.array(rows["ts"].to_numpy(), pa.int64()),
-            "__f0__src": rows["src"].tolist(),
-            "__f0__loss": pa.array(rows["loss"].to_numpy(), pa.float64()),
-        }
-    )
+    return _nullable_layout(rows["ts"].tolist(), rows["src"].tolist(), rows["loss"].tolist())
 
 
 def test_sql_windowed_views_through_the_stream_restart_exactly_once(tmp_path):
@@ -438,6 +426,7 @@ def test_readme_sql_window_example_streams_timestamps_and_dates(spark, tmp_path)
 
 
 def _nullable_layout(ts, src, loss) -> pa.Table:
+    """Rows of S (event time ts, src, loss; None: NULL) as one micro-batch of its feed."""
     n = len(ts)
     return pa.table(
         {
