@@ -605,7 +605,9 @@ class View:
                 groups = pd.Series(values[came]).groupby(inverse[came], sort=True)
                 best = groups.min() if a.function == "min" else groups.max()
                 ids, best = best.index.to_numpy(), best.to_numpy()
-                before = existed[ids]  # compared only where the group had a value
+                # compared only where the group had a value and is not read again (a NULL
+                # MAX of a nullable argument holds a placeholder of another type)
+                before = existed[ids] & ~again[ids]
                 better = np.zeros(ids.size, dtype=bool)
                 was, now_ = current[ids][before], best[before]
                 better[before] = (now_ < was) if a.function == "min" else (now_ > was)
