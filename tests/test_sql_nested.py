@@ -188,6 +188,31 @@ DERIVED = {
         "SELECT a, SUM(x) AS s FROM R GROUP BY a HAVING SUM(x) > 0.3 * (SELECT SUM(x) FROM R)",
         [],
     ),
+    # a CTE shadows the table of its name (the base table was read), but not in its own body
+    "cte_shadows_table": (
+        "WITH S AS (SELECT b, a AS y FROM R WHERE x > 0) SELECT R.a, S.y FROM R, S WHERE R.b = S.b",
+        [],
+    ),
+    "cte_shadows_itself": (
+        "WITH R AS (SELECT a, x FROM R WHERE x > 0) SELECT a, SUM(x) AS s FROM R GROUP BY a",
+        [],
+    ),
+    "cte_shadows_in_subquery": (
+        "WITH E AS (SELECT a AS src FROM R WHERE x > 0) SELECT b, y FROM S "
+        "WHERE b IN (SELECT src FROM E)",
+        [],
+    ),
+    # CTEs seen by subqueries and by later CTEs (TPC-H Q15's shape was refused)
+    "cte_in_subquery": (
+        "WITH w AS (SELECT a, SUM(x) AS tot FROM R GROUP BY a) SELECT a, tot FROM w "
+        "WHERE tot = (SELECT MAX(tot) FROM w)",
+        [],
+    ),
+    "cte_over_cte": (
+        "WITH w AS (SELECT a, b FROM R WHERE x > 0), u AS (SELECT a, COUNT(*) AS n FROM w "
+        "GROUP BY a) SELECT a, n FROM u",
+        [],
+    ),
 }
 
 
