@@ -1367,11 +1367,47 @@ def _inside(node: Any, clause: Any, stop: Any) -> bool:
 
 
 def _conjuncts(e: Any, node: Any) -> list:
+    """The conjuncts of ``node``.  Conjuncts common to every branch of an OR are factored
+    out of it: ``(A AND B) OR (A AND C)`` is ``A AND (B OR C)``, and ``A OR (A AND B)`` is
+    ``A`` (both hold in three-valued logic), so that a join equality repeated in each
+    branch (TPC-H Q19) joins instead of filtering a Cartesian product."""
     while isinstance(node, e.Paren):
         node = node.this
     if isinstance(node, e.And):
         return _conjuncts(e, node.this) + _conjuncts(e, node.expression)
+    if not isinstance(node, e.Or):
+        return [node]
+    branches = [_conjuncts(e, b) for b in _disjuncts(e, node)]
+    keys = [[_conjunct_key(e, c) for c in b] for b in branches]
+    common, shared = [], set()
+    for c, key in zip(branches[0], keys[0], strict=True):
+        if key not in shared and all(key in k for k in keys[1:]):
+            common.append(c)
+            shared.add(key)
+    if not common:
+        return [node]
+    rest = [
+        [c for c, key in zip(b, k, strict=True) if key not in shared]
+        for b, k in zip(branches, keys, strict=True)
+    ]
+    if not all(rest):  # a branch is just the common conjuncts: it absorbs the others
+        return common
+    return common + [e.or_(*[e.and_(*[c.copy() for c in b]) for b in rest], copy=False)]
+
+
+def _disjuncts(e: Any, node: Any) -> list:
+    while isinstance(node, e.Paren):
+        node = node.this
+    if isinstance(node, e.Or):
+        return _disjuncts(e, node.this) + _disjuncts(e, node.expression)
     return [node]
+
+
+def _conjunct_key(e: Any, node: Any) -> Any:
+    """``node`` compared by structure, ``a = b`` the same as ``b = a``."""
+    if isinstance(node, e.EQ):
+        return ("=", frozenset((node.this, node.expression)))
+    return node
 
 
 def _rename(columns: dict[str, Expr], names: list[str], alias: str, position) -> dict:
