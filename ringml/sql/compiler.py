@@ -309,12 +309,17 @@ class _Compiler(Binder):
                     for clause in [select.args.get("where"), select.args.get("having")]
                     + list(select.expressions)
                 ):
-                    raise self.unsupported(
-                        "a subquery outside FROM, WHERE, SELECT and HAVING",
-                        node,
-                        "SELECT",
-                        construct="subquery",
+                    body = next(
+                        (p for p in _ancestors(node, select) if isinstance(p, (e.Select, e.CTE))),
+                        None,
                     )
+                    if body is None:
+                        what = "a subquery outside FROM, WHERE, SELECT and HAVING"
+                    elif isinstance(body, e.CTE) or isinstance(body.parent, e.CTE):
+                        what = "a subquery inside a CTE (WITH name AS (SELECT ...))"
+                    else:
+                        what = "a subquery inside a derived table (FROM (SELECT ...))"
+                    raise self.unsupported(what, node, "SELECT", construct="subquery")
 
     # ---------------------------------------------------------------- FROM
     def from_clause(self, select: Any, prefix: str) -> Scope:
@@ -892,6 +897,13 @@ class _Compiler(Binder):
                 return node.this, op, node.expression
             if left_outer and right_inner:
                 return node.expression, _FLIP[op], node.this
+        if isinstance(node, e.NEQ):
+            raise self.unsupported(
+                f"a subquery correlated by <> (not equal), as in {conjunct.sql(dialect=DIALECT)},",
+                conjunct,
+                hint="correlations by =, <, <=, > and >= are",
+                construct="correlation by <>",
+            )
         raise self.unsupported(
             f"the correlated condition {conjunct.sql(dialect=DIALECT)} (a subquery may be "
             "correlated by comparisons of an inner and an outer expression)",
