@@ -62,6 +62,10 @@ CASES = [
      "inequality-correlated subquery other than SUM/COUNT", (1, 28)),
     ("SELECT a FROM R WHERE EXISTS (SELECT 1 FROM S WHERE S.b + R.b = 2)", SqlUnsupportedError,
      "correlated condition", (1, 53)),
+    ("SELECT a FROM R WHERE EXISTS (SELECT 1 FROM S WHERE S.b = R.b AND S.y <> R.a)",
+     SqlUnsupportedError, "correlation by <>", (1, 67)),
+    ("SELECT a FROM (SELECT a FROM R WHERE x > (SELECT AVG(y) FROM S)) t", SqlUnsupportedError,
+     "subquery", (1, 43)),
     ("SELECT a FROM R WHERE b IN (SELECT b FROM S WHERE S.y = R.a GROUP BY b)",
      SqlUnsupportedError, "correlated grouped IN subquery", (1, 25)),
     ("SELECT b, SUM(a) FROM R GROUP BY b HAVING SUM(a) IN (SELECT y FROM S)",
@@ -115,6 +119,26 @@ def test_each_error_names_its_construct_and_position(sql, kind, construct, posit
         assert error.construct == construct, str(error)
     assert f"line {position[0]}, column {position[1]}" in str(error)
     assert db.views == {}
+
+
+@pytest.mark.parametrize(
+    "sql, says",
+    [
+        ("SELECT a FROM R WHERE EXISTS (SELECT 1 FROM S WHERE S.b = R.b AND S.y <> R.a)",
+         "a subquery correlated by <> (not equal), as in S.y <> R.a, is not supported in a "
+         "view; correlations by =, <, <=, > and >= are"),
+        ("SELECT a FROM (SELECT a FROM R WHERE x > (SELECT AVG(y) FROM S)) t",
+         "a subquery inside a derived table (FROM (SELECT ...)) is not supported"),
+        ("WITH t AS (SELECT a FROM R WHERE x > (SELECT AVG(y) FROM S)) SELECT a FROM t",
+         "a subquery inside a CTE (WITH name AS (SELECT ...)) is not supported"),
+    ],
+)  # fmt: skip
+def test_refused_subqueries_say_what_is_refused(sql, says):
+    """They said 'a subquery may be correlated by comparisons ...' and 'a subquery outside
+    FROM, WHERE, SELECT and HAVING' where the subquery was in a WHERE."""
+    with pytest.raises(SqlUnsupportedError) as info:
+        Database(SCHEMA).create_view("v", sql)
+    assert says in str(info.value)
 
 
 def snapshot(db: Database) -> dict:

@@ -88,6 +88,16 @@ def compile_view(sql: str, catalog: Catalog, noun: str = "view") -> ViewPlan:
 
 
 @dataclass
+class _Cte:
+    """A CTE: its body, its column renames, and the CTEs visible inside its body (those
+    defined before it and the enclosing statements'; not itself)."""
+
+    body: Any
+    names: list[str]
+    scope: dict[str, _Cte]
+
+
+@dataclass
 class _AtomState:
     table: str
     node: Any
@@ -122,11 +132,18 @@ class _UnionFind:
 
 # ------------------------------------------------------------------------------ compiler
 class _Compiler(Binder):
-    def __init__(self, text: str, catalog: Catalog, noun: str = "view") -> None:
+    def __init__(
+        self,
+        text: str,
+        catalog: Catalog,
+        noun: str = "view",
+        ctes: dict[str, _Cte] | None = None,
+    ) -> None:
         super().__init__(text, catalog, noun)
         self.atoms: dict[str, _AtomState] = {}
         self.conjuncts: list[tuple[Expr, Any]] = []
-        self.ctes: dict[str, tuple[Any, list[str]]] = {}
+        # the CTEs visible where the compiler is; they shadow catalog tables of their name
+        self.ctes: dict[str, _Cte] = dict(ctes or {})
         self.joins = _UnionFind()
         self.variables: dict[Expr, str] = {}  # binding term -> variable
         self.factors: dict[Expr, str] = {}  # factor column -> variable
@@ -141,8 +158,9 @@ class _Compiler(Binder):
         self.derived_tables: list[tuple[str, ViewPlan]] = []  # aggregate derived tables
 
     def inner(self) -> _Compiler:
-        """A compiler of a subquery or derived table of this text."""
-        return _Compiler(self.text, self.catalog, self.noun)
+        """A compiler of a subquery or derived table of this text, seeing the CTEs visible
+        here."""
+        return _Compiler(self.text, self.catalog, self.noun, self.ctes)
 
     # ---------------------------------------------------------------- entry
     def compile(self, select: Any = None) -> ViewPlan:
@@ -269,7 +287,7 @@ class _Compiler(Binder):
                 raise self.unsupported("WITH RECURSIVE", with_, "RECURSIVE")
             for cte in with_.expressions:
                 names = [c.name for c in (cte.args.get("alias").columns or [])]
-                self.ctes[cte.alias.lower()] = (cte.this, names)
+                self.ctes[cte.alias.lower()] = _Cte(cte.this, names, dict(self.ctes))
         for node in select.walk():
             if isinstance(node, e.Window):
                 raise self.unsupported("a window function (OVER)", node, "OVER")
@@ -291,12 +309,17 @@ class _Compiler(Binder):
                     for clause in [select.args.get("where"), select.args.get("having")]
                     + list(select.expressions)
                 ):
-                    raise self.unsupported(
-                        "a subquery outside FROM, WHERE, SELECT and HAVING",
-                        node,
-                        "SELECT",
-                        construct="subquery",
+                    body = next(
+                        (p for p in _ancestors(node, select) if isinstance(p, (e.Select, e.CTE))),
+                        None,
                     )
+                    if body is None:
+                        what = "a subquery outside FROM, WHERE, SELECT and HAVING"
+                    elif isinstance(body, e.CTE) or isinstance(body.parent, e.CTE):
+                        what = "a subquery inside a CTE (WITH name AS (SELECT ...))"
+                    else:
+                        what = "a subquery inside a derived table (FROM (SELECT ...))"
+                    raise self.unsupported(what, node, "SELECT", construct="subquery")
 
     # ---------------------------------------------------------------- FROM
     def from_clause(self, select: Any, prefix: str) -> Scope:
@@ -379,9 +402,11 @@ class _Compiler(Binder):
             name = node.name
             if not name:
                 raise self.unsupported(f"a table function ({node.sql(dialect=DIALECT)})", node)
-            if name.lower() in self.ctes and self.catalog.find(name) is None:
-                body, names = self.ctes[name.lower()]
-                item = self.derived(body, alias or name, prefix, renames or names, node)
+            cte = self.ctes.get(name.lower())
+            if cte is not None:
+                item = self.derived(
+                    cte.body, alias or name, prefix, renames or cte.names, node, cte.scope
+                )
             else:
                 schema = self.catalog.find(name)
                 if schema is None:
@@ -423,7 +448,25 @@ class _Compiler(Binder):
             raise SqlSemanticError(f"duplicate alias {alias!r}", self.pos(node), alias)
         self.atoms[alias] = _AtomState(table, node)
 
-    def derived(self, body: Any, alias: str, prefix: str, renames: list[str], node) -> Item:
+    def derived(
+        self,
+        body: Any,
+        alias: str,
+        prefix: str,
+        renames: list[str],
+        node,
+        ctes: dict[str, _Cte] | None = None,
+    ) -> Item:
+        """``derived_item`` with the CTEs visible in ``body``: ``ctes`` (a CTE's), else
+        those visible here; the body's own WITH does not leak out."""
+        outer = self.ctes
+        self.ctes = dict(outer if ctes is None else ctes)
+        try:
+            return self.derived_item(body, alias, prefix, renames, node)
+        finally:
+            self.ctes = outer
+
+    def derived_item(self, body: Any, alias: str, prefix: str, renames: list[str], node) -> Item:
         """A derived table or CTE.  Without aggregates it is inlined: its FROM items become
         atoms named ``alias.inner``, its WHERE joins the view's, its SELECT list its
         columns.  With GROUP BY (aggregates, HAVING) or DISTINCT it is a view of its own,
@@ -709,14 +752,21 @@ class _Compiler(Binder):
         return local, correlated
 
     def inner_names(self, select: Any) -> tuple[set[str], set[str]]:
-        """The aliases of ``select``'s FROM items and the columns of its tables."""
+        """The aliases of ``select``'s FROM items and the columns of its tables and CTEs."""
         e = self.exp
         from_ = select.args.get("from_") or select.args.get("from")
         items = [from_.this] + [j.this for j in select.args.get("joins") or []]
+        with_ = select.args.get("with_") or select.args.get("with")
+        ctes = {k: c.names or c.body.named_selects for k, c in self.ctes.items()}
+        for cte in with_.expressions if with_ is not None else []:
+            renames = [c.name for c in (cte.args.get("alias").columns or [])]
+            ctes[cte.alias.lower()] = renames or cte.this.named_selects
         aliases, columns = set(), set()
         for item in items:
             aliases.add((item.alias or item.name).lower())
-            if isinstance(item, e.Table):
+            if isinstance(item, e.Table) and item.name.lower() in ctes:
+                columns |= {c.lower() for c in ctes[item.name.lower()]}
+            elif isinstance(item, e.Table):
                 schema = self.catalog.find(item.name)
                 if schema is not None:
                     columns |= {c.lower() for c in schema.columns}
@@ -847,6 +897,13 @@ class _Compiler(Binder):
                 return node.this, op, node.expression
             if left_outer and right_inner:
                 return node.expression, _FLIP[op], node.this
+        if isinstance(node, e.NEQ):
+            raise self.unsupported(
+                f"a subquery correlated by <> (not equal), as in {conjunct.sql(dialect=DIALECT)},",
+                conjunct,
+                hint="correlations by =, <, <=, > and >= are",
+                construct="correlation by <>",
+            )
         raise self.unsupported(
             f"the correlated condition {conjunct.sql(dialect=DIALECT)} (a subquery may be "
             "correlated by comparisons of an inner and an outer expression)",
@@ -1322,11 +1379,47 @@ def _inside(node: Any, clause: Any, stop: Any) -> bool:
 
 
 def _conjuncts(e: Any, node: Any) -> list:
+    """The conjuncts of ``node``.  Conjuncts common to every branch of an OR are factored
+    out of it: ``(A AND B) OR (A AND C)`` is ``A AND (B OR C)``, and ``A OR (A AND B)`` is
+    ``A`` (both hold in three-valued logic), so that a join equality repeated in each
+    branch (TPC-H Q19) joins instead of filtering a Cartesian product."""
     while isinstance(node, e.Paren):
         node = node.this
     if isinstance(node, e.And):
         return _conjuncts(e, node.this) + _conjuncts(e, node.expression)
+    if not isinstance(node, e.Or):
+        return [node]
+    branches = [_conjuncts(e, b) for b in _disjuncts(e, node)]
+    keys = [[_conjunct_key(e, c) for c in b] for b in branches]
+    common, shared = [], set()
+    for c, key in zip(branches[0], keys[0], strict=True):
+        if key not in shared and all(key in k for k in keys[1:]):
+            common.append(c)
+            shared.add(key)
+    if not common:
+        return [node]
+    rest = [
+        [c for c, key in zip(b, k, strict=True) if key not in shared]
+        for b, k in zip(branches, keys, strict=True)
+    ]
+    if not all(rest):  # a branch is just the common conjuncts: it absorbs the others
+        return common
+    return common + [e.or_(*[e.and_(*[c.copy() for c in b]) for b in rest], copy=False)]
+
+
+def _disjuncts(e: Any, node: Any) -> list:
+    while isinstance(node, e.Paren):
+        node = node.this
+    if isinstance(node, e.Or):
+        return _disjuncts(e, node.this) + _disjuncts(e, node.expression)
     return [node]
+
+
+def _conjunct_key(e: Any, node: Any) -> Any:
+    """``node`` compared by structure, ``a = b`` the same as ``b = a``."""
+    if isinstance(node, e.EQ):
+        return ("=", frozenset((node.this, node.expression)))
+    return node
 
 
 def _rename(columns: dict[str, Expr], names: list[str], alias: str, position) -> dict:
