@@ -68,6 +68,16 @@ VIEWS = {
     ),
     "global": ("SELECT COUNT(*), SUM(R.x), AVG(S.y) FROM R, S WHERE R.b = S.b", []),
     "global_having": ("SELECT COUNT(*) AS n, SUM(x) FROM R HAVING COUNT(*) > 3", []),
+    # GROUP BY (): one group of every row (a row even over no rows); beside a key: that key
+    "grand_total": (
+        "SELECT COUNT(*) AS n, SUM(R.x * S.y) AS s, 1 AS one FROM R JOIN S ON R.b = S.b "
+        "GROUP BY ()",
+        [],
+    ),
+    "empty_set_and_key": (
+        "SELECT S.c, COUNT(*) AS n FROM R JOIN S ON R.b = S.b GROUP BY (), S.c HAVING SUM(S.y) > 1",
+        [],
+    ),
     "arith_order_limit": (
         "SELECT R.a, SUM(R.x) / COUNT(*) AS avgx, 100.0 * SUM(S.y) / (1 + COUNT(*)) AS p "
         "FROM R JOIN S ON R.b = S.b GROUP BY R.a ORDER BY R.a DESC LIMIT 2",

@@ -175,6 +175,7 @@ class _Compiler(Binder):
         self.bind_joins()
 
         group = select.args.get("group")
+        grand_total = group is not None and _only_empty_grouping_sets(e, group)
         distinct = select.args.get("distinct") is not None
         has_aggregates = any(
             isinstance(n, e.AggFunc)
@@ -189,7 +190,8 @@ class _Compiler(Binder):
         )
         has_having = select.args.get("having") is not None  # HAVING alone aggregates too
         grouped = bool(group) or has_aggregates or distinct or has_having
-        global_aggregate = (has_aggregates or has_having) and not group
+        # GROUP BY () groups every row into one group, as no GROUP BY with aggregates does
+        global_aggregate = grand_total or ((has_aggregates or has_having) and not group)
         if distinct and (group or has_aggregates or has_having):
             raise self.unsupported(
                 "DISTINCT over grouped or aggregated rows",
@@ -1017,14 +1019,8 @@ class _Compiler(Binder):
             if group.args.get(key):
                 raise self.unsupported(key.replace("_", " ").upper(), group, "GROUP")
         for node in group.expressions:
-            if isinstance(node, self.exp.Tuple) and not node.expressions:
-                raise self.unsupported(
-                    "GROUP BY () (the empty grouping set)",
-                    node,
-                    "GROUP BY",
-                    "leave GROUP BY out to aggregate all rows",
-                    "GROUP BY ()",
-                )
+            if _is_empty_grouping_set(self.exp, node):  # splits no group
+                continue
             ir = self.group_expression(node, scope, items, aliases)
             if any(isinstance(n, AggRef) for n in ir.walk()):
                 raise SqlSemanticError(
@@ -1324,6 +1320,17 @@ def _ancestors(node: Any, stop: Any):
     while node is not None and node is not stop:
         yield node
         node = node.parent
+
+
+def _is_empty_grouping_set(e: Any, node: Any) -> bool:
+    """Whether a GROUP BY item is ``()``, the empty grouping set."""
+    return isinstance(node, e.Tuple) and not node.expressions
+
+
+def _only_empty_grouping_sets(e: Any, group: Any) -> bool:
+    """Whether a GROUP BY lists nothing but ``()`` (one group of every row, even of none)."""
+    items = group.expressions
+    return bool(items) and all(_is_empty_grouping_set(e, n) for n in items)
 
 
 def _walk_here(e: Any, root: Any):
