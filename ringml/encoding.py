@@ -443,7 +443,8 @@ class Dictionary:
         the values coded since the last call are converted."""
         if self._counted < self._size:
             self._count_new()
-        return self._numbers[np.asarray(codes, dtype=np.int64)]
+        numbers = self._numbers if self._numbers is not None else np.zeros(0, dtype=np.int64)
+        return numbers[np.asarray(codes, dtype=np.int64)]  # no value yet: only no codes
 
     def _count_new(self) -> None:
         new = pd.to_numeric(pd.Series(self._store[self._counted : self._size]), errors="coerce")
