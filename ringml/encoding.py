@@ -62,6 +62,17 @@ def _float_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return kinds, bits
 
 
+def key_array(values) -> np.ndarray:
+    """``values`` (an array, or a list or tuple of values) as an array of keys: a list mixing
+    types is kept as objects, since numpy would coerce it (``["a", 1]`` to the texts
+    ``"a", "1"``; ``[2**53 + 1, 0.5]`` to floats that round the integer)."""
+    if isinstance(values, list | tuple) and len({type(v) for v in values}) > 1:
+        array = np.empty(len(values), dtype=object)
+        array[:] = values
+        return array
+    return np.asarray(values)
+
+
 def fits_int64(values: np.ndarray) -> bool:
     """An integer or boolean column whose values all fit int64 (uint64 may not)."""
     return values.dtype.kind != "u" or not values.size or int(values.max()) <= _INT64_MAX
@@ -346,7 +357,7 @@ class Dictionary:
 
     def lookup(self, values: np.ndarray) -> np.ndarray:
         """Codes of known values, -1 for unknown ones; never assigns codes."""
-        keys, _ = _value_keys(np.asarray(values))
+        keys, _ = _value_keys(key_array(values))
         return self._lookup(keys)
 
     def encode(self, values: np.ndarray) -> np.ndarray:
@@ -443,7 +454,8 @@ class Dictionary:
         the values coded since the last call are converted."""
         if self._counted < self._size:
             self._count_new()
-        return self._numbers[np.asarray(codes, dtype=np.int64)]
+        numbers = self._numbers if self._numbers is not None else np.zeros(0, dtype=np.int64)
+        return numbers[np.asarray(codes, dtype=np.int64)]  # no value yet: only no codes
 
     def _count_new(self) -> None:
         new = pd.to_numeric(pd.Series(self._store[self._counted : self._size]), errors="coerce")

@@ -33,7 +33,7 @@ import pandas as pd
 from . import operators as ops
 from .batch import BatchPreparer, PreparedRows, UpdateBatch, as_frame
 from .delta import Groups, ResultDelta, notify
-from .encoding import Dictionary
+from .encoding import Dictionary, key_array
 from .enumeration import enumerate_nu
 from .errors import BatchError, InputTypeError, SchemaError, SubscriberError
 from .nu_tree import NuTree, build_nu, nu_order
@@ -506,10 +506,7 @@ class Maintainer:
         if not self._has_result_deltas():
             raise SchemaError("a ν tree keeps the grouped result factorized: use enumerate()")
         store = self._stores[self.plan.root]
-        codes = [
-            self._dictionaries[v].lookup(np.asarray(x))
-            for v, x in zip(variables, values, strict=True)
-        ]
+        codes = [self._dictionaries[v].lookup(x) for v, x in zip(variables, values, strict=True)]
         probe = np.column_stack(codes) if codes else np.zeros((0, 0), dtype=np.int64)
         probe = probe[(probe >= 0).all(axis=1)]
         _, slots = store.matches(tuple(store.keys.index(v) for v in variables), probe)
@@ -520,7 +517,7 @@ class Maintainer:
         assigned)."""
         if variable not in self._dictionaries:
             raise KeyError(f"unknown variable {variable!r}")
-        values = np.asarray(values)
+        values = key_array(values)
         if not values.size:
             return np.zeros(0, dtype=np.int64)
         return self._dictionaries[variable].lookup(values)

@@ -475,6 +475,24 @@ def test_decode_refuses_codes_it_has_no_value_for():
             m.decode("A", codes)
 
 
+def test_codes_of_and_groups_matching_take_mixed_lists_as_they_are():
+    """A list mixing types went through np.asarray: ["a", 1] became the texts "a", "1" (the
+    code of the group "1", not of 1) and [2**53 + 1, 0.5] floats (2**53: no code)."""
+    from ringml.rings import IntegerRing
+
+    from ringml.query import Query
+
+    values = ["a", 1, "1", 2**53 + 1, 0.5]
+    m = Maintainer(Query({"R": ["A", "B"]}, IntegerRing(), free=["A"]))
+    m.insert("R", pd.DataFrame({"A": pd.Series(values, dtype=object), "B": range(5)}))
+    for wanted in (["a", 1], [2**53 + 1, 0.5], (1, "1")):
+        codes = m.codes_of("A", wanted)
+        assert [type(v) for v in m.decode("A", codes)] == [type(v) for v in wanted]
+        assert m.decode("A", codes).tolist() == list(wanted)
+        groups = m.groups_matching(["A"], [wanted])[:, 0]
+        assert sorted(m.decode("A", groups).tolist(), key=repr) == sorted(wanted, key=repr)
+
+
 @pytest.mark.parametrize("strategy", ["fivm", "first_order", "higher_order", "recompute"])
 def test_derivation_counts_beyond_2_53_are_exact(strategy):
     """Per-group support counts were summed with float weights: 2**60 + 1 + 2 counted

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ringml.rings import IntegerRing
+from ringml.rings import IntegerRing, RealRing
 
 import ringml.maintainer as maintainer_module
 from ringml import BatchError, Maintainer, Query, covariance_query
@@ -182,3 +182,16 @@ def test_a_rejected_factorized_update_keeps_the_loading_phase_open():
     assert m.result() == {(1,): 3, (2,): 3}
     with pytest.raises(Exception, match="streaming has started"):
         m.load("S", {"A": [3], "C": [0]})
+
+
+def test_factorized_update_joining_an_empty_sibling_with_an_unseen_lifted_variable():
+    """δR joins S in a view that also lifts S's C: while S is empty, C's dictionary holds no
+    value yet, and the lift of no rows crashed (TypeError) instead of adding nothing."""
+    m = Maintainer(Query({"R": ["A", "B"], "S": ["B", "C"]}, RealRing(["C"])), order="C{B{A}}")
+    m.insert("R", pd.DataFrame({"A": [1], "B": [1]}))  # ends loading: the factorized path
+    m.apply_factorized("R", [pd.DataFrame({"A": [2, 3]}), pd.DataFrame({"B": [1, 2]})])
+    assert m.result() == 0.0
+    s = pd.DataFrame({"B": [1, 2, 2], "C": [0.5, 2.0, -1.25]})
+    m.insert("S", s)
+    r = pd.DataFrame({"A": [1, 2, 3, 2, 3], "B": [1, 1, 1, 2, 2]})
+    assert m.result() == r.merge(s, on="B")["C"].sum()  # SUM(C) over the join
