@@ -184,7 +184,11 @@ def _shard_of_values(values: np.ndarray, shards: int) -> np.ndarray:
     meet: a number of any type (an int, float or bool column, or a Python int, float or
     ``Decimal`` in an object column, as Arrow hands over decimals) is hashed as the nearest
     float64, so 1, 1.0 and ``Decimal("1")`` agree (distinct keys that round alike only share
-    a shard); other values are hashed as objects."""
+    a shard); other values are hashed as objects, datetimes and durations of any unit as
+    the microsecond ``datetime``/``timedelta`` objects Spark hands over (numpy reads
+    nanosecond ones as plain ints, which took them to another shard)."""
+    if values.dtype.kind in "mM":
+        values = values.astype("M8[us]" if values.dtype.kind == "M" else "m8[us]")
     if values.dtype.kind in "iufb":
         return _shard_of_hashes(pd.util.hash_array(values.astype(np.float64) + 0.0), shards)
     objects = values.astype(object)

@@ -1227,7 +1227,7 @@ class MinMaxView:
         value_parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {
             v: [] for v in self.values
         }
-        kinds: dict[str, set[str]] = {v: set() for v in self.values}
+        kinds: dict[str, set[str | None]] = {v: set() for v in self.values}
         zones: dict[str, dict[str, Any]] = {v: {} for v in self.values}
         null_deletes: dict[str, list[np.ndarray]] = {v: [] for v in self.values}
         for batch in batches:
@@ -1277,7 +1277,7 @@ class MinMaxView:
                 old_keys, old_counts = self._as_floats(old_keys, old_counts)
             merged[v] = self._merge(old_keys, old_counts, keys, signs, v)
             self._check_null_deletes(v, np.concatenate(null_deletes[v]), rows, merged[v])
-        self._kinds = {**self._kinds, **staged}
+        self._kinds.update({v: kind for v, kind in staged.items() if kind is not None})
         self._zones.update(staged_zones)
         self._rows_keys, self._rows = rows
         for v, (keys, counts) in merged.items():
@@ -1301,11 +1301,18 @@ class MinMaxView:
                 ) from None
         return np.ascontiguousarray(codes).view(self._rows_keys.dtype).ravel()
 
-    def _value_data(self, column: pd.Series, name: str) -> tuple[np.ndarray, np.ndarray, str]:
+    def _value_data(
+        self, column: pd.Series, name: str
+    ) -> tuple[np.ndarray, np.ndarray, str | None]:
         """A value column's numbers (int64 or float64; datetimes as nanoseconds, tz-aware
         ones of UTC), which rows are not NULL, and the kind: ``int``, ``float`` or
-        ``datetime``."""
+        ``datetime`` -- None for a number column of NULLs only (pandas types it float),
+        which holds no value and so must not turn stored integers into floats."""
         present = column.notna().to_numpy()
+        if not present.any() and _time_kind(column.dtype) != "datetime":
+            return np.zeros(len(column), np.int64), present, None
+        if column.dtype == object and pd.api.types.infer_dtype(column, skipna=True) == "integer":
+            column = self._exact_integers(column, present, name)
         if _time_kind(column.dtype) == "datetime":
             data, wrapped = _nanoseconds(_time_array(column))
             if wrapped is not None:
@@ -1319,8 +1326,8 @@ class MinMaxView:
                     value,
                 )
             return data, present, "datetime"
-        if column.dtype.kind in "iu":
-            data = column.to_numpy()
+        if column.dtype.kind in "iu":  # nullable Int64 too: its NULLs read as 0, not float
+            data = column.to_numpy(dtype=column.dtype.kind + "8", na_value=0)
             if data.dtype.kind == "u" and data.size and int(data.max()) > INT64_MAX:
                 value = int(data.max())
                 raise BatchError(
@@ -1351,10 +1358,27 @@ class MinMaxView:
             name,
         )
 
-    def _kind_of(self, name: str, seen: set[str]) -> str:
+    def _exact_integers(self, column: pd.Series, present: np.ndarray, name: str) -> pd.Series:
+        """An object column of Python integers (and NULLs) as nullable Int64, exactly."""
+        try:
+            return pd.Series(pd.array(column.where(present, None).tolist(), dtype="Int64"))
+        except (OverflowError, TypeError, ValueError):
+            value = max(column[present].tolist(), key=abs)
+            raise BatchError(
+                f"{self.name}: relation {self.relation!r}, column {name!r}: value "
+                f"{value!r} does not fit int64",
+                self.relation,
+                name,
+                value,
+            ) from None
+
+    def _kind_of(self, name: str, seen: set[str | None]) -> str | None:
         """The kind of a value column after a batch: integers turn float with the first
-        float (the stored values are converted), datetimes do not mix with numbers."""
-        kinds = seen | ({self._kinds[name]} if name in self._kinds else set())
+        float (the stored values are converted), datetimes do not mix with numbers; None
+        while the column has held no value."""
+        kinds = (seen - {None}) | ({self._kinds[name]} if name in self._kinds else set())
+        if not kinds:
+            return None
         if len(kinds) == 1:
             return next(iter(kinds))
         if kinds == {"int", "float"}:

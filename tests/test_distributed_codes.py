@@ -173,3 +173,42 @@ def test_routing_sends_keys_the_engine_joins_to_one_shard():
     for shard, part in _split_batch(batch, "k", 3):
         got = [int(v) for v in part.column("k").to_pylist()]
         assert all(_shard_of_values(np.array([v]), 3)[0] == shard for v in got)
+
+
+def test_equal_instants_and_durations_of_any_unit_share_a_shard():
+    """Keys the engine joins as one (an instant or a duration, whatever its unit or
+    container) must reach one shard: nanosecond datetime64 columns (pandas' default) were
+    hashed as plain ints and Spark's microsecond ones as datetime objects, so a join of a
+    pandas frame with a Spark or parquet one silently lost its matches."""
+    from ringml.pipelines.spark_distributed import _shard_of_values, _split_batch
+
+    rng = np.random.default_rng(5)
+    micros = rng.integers(0, 2**52, 40) * 1000  # whole microseconds, as nanoseconds
+    ns = micros.astype("datetime64[ns]")
+    forms = {
+        "ns": ns,
+        "us": ns.astype("datetime64[us]"),
+        "Timestamp": np.array(list(pd.DatetimeIndex(ns)), dtype=object),
+        "datetime": np.array(pd.DatetimeIndex(ns).to_pydatetime(), dtype=object),
+    }
+    spans = micros.astype("timedelta64[ns]")
+    durations = {
+        "ns": spans,
+        "us": spans.astype("timedelta64[us]"),
+        "Timedelta": np.array(list(pd.TimedeltaIndex(spans)), dtype=object),
+        "timedelta": np.array(pd.TimedeltaIndex(spans).to_pytimedelta(), dtype=object),
+    }
+    for group in (forms, durations):
+        dictionary = Dictionary("t")  # the engine's own verdict: every form is one key
+        assert len({tuple(dictionary.encode(v)) for v in group.values()}) == 1
+        for shards in (3, 7):
+            routed = {name: _shard_of_values(v, shards).tolist() for name, v in group.items()}
+            assert len({tuple(r) for r in routed.values()}) == 1, routed
+    import pyarrow as pa
+
+    want = dict(zip(micros.tolist(), _shard_of_values(ns, 5).tolist(), strict=True))
+    for unit in ("ns", "us"):  # Arrow batches, as the packers split them
+        batch = pa.RecordBatch.from_pydict({"k": pa.array(ns, pa.timestamp(unit))})
+        for shard, part in _split_batch(batch, "k", 5):
+            got = part.column("k").cast(pa.timestamp("ns")).to_numpy().view(np.int64)
+            assert {want[int(v)] for v in got} == {shard}, unit

@@ -1391,3 +1391,40 @@ def test_minmax_view_keeps_the_time_zone_of_its_datetimes():
         with pytest.raises(BatchError, match="column 't' mixes datetimes of time zones"):
             view.apply(UpdateBatch.inserts("S", pd.DataFrame({"g": ["a"], "t": other})))
         pd.testing.assert_frame_equal(view.result(), before)
+
+
+def test_minmax_view_keeps_integers_beyond_2_53_exact_through_null_batches():
+    """A batch of NULLs only (pandas types it float64), a nullable Int64 column (Arrow's
+    int64 with nulls) and an object column of Python ints turned the stored integers into
+    floats: 2**62 + 1 and 2**62 + 3 both came back as 2**62.  Checked against exact Python
+    ints over the rows held, under inserts and deletes of present rows."""
+    rng = np.random.default_rng(11)
+    base = 2**62
+    view = MinMaxView("R", values=["x"], by=["g"])
+    held: list[tuple[str, int | None]] = []
+    for step in range(40):
+        g = rng.choice(["a", "b"], 3).tolist()
+        x = [int(base + rng.integers(-9, 9)) if rng.random() < 0.7 else None for _ in g]
+        if step % 4 == 0:
+            column = pd.Series([None] * len(g), dtype=float)  # NULLs only: float64
+            x = [None] * len(g)
+        elif step % 4 == 1:
+            column = pd.array(x, dtype="Int64")
+        else:
+            column = pd.Series(x, dtype=object)
+        view.apply(UpdateBatch.inserts("R", pd.DataFrame({"g": g, "x": column})))
+        held += list(zip(g, x, strict=True))
+        if step % 3 == 2:
+            gone = [held.pop(int(i)) for i in sorted(rng.choice(len(held), 2, False))[::-1]]
+            frame = pd.DataFrame({"g": [k for k, _ in gone]})
+            frame["x"] = pd.array([v for _, v in gone], dtype="Int64")
+            view.apply(UpdateBatch.deletes("R", frame))
+        got = view.result().set_index("g")
+        for group in {k for k, _ in held}:
+            values = [v for k, v in held if k == group and v is not None]
+            row = got.loc[group]
+            assert row["count"] == sum(k == group for k, _ in held)
+            if values:
+                assert (int(row["min_x"]), int(row["max_x"])) == (min(values), max(values))
+    with pytest.raises(BatchError, match="does not fit int64"):
+        view.apply(UpdateBatch.inserts("R", {"g": ["a"], "x": pd.Series([2**64], dtype=object)}))
