@@ -526,7 +526,10 @@ class RealRing(_NumericRing):
     Stores accumulate into a compensated accumulator (:meth:`batch_accumulator`): an
     ``(n, 2)`` array of sums and their TwoSum rounding errors, read folded (``sum + error``)
     by :meth:`batch_take`, so that inserting and deleting a huge value gives back the small
-    ones it absorbed.  An addition whose sum leaves the finite range raises
+    ones it absorbed in other batches.  Within one batch the changes of a group are summed in
+    plain float64 first: a huge value and small ones that arrive in the same batch and group
+    keep only the rounded sum (1e300 + 0.3 is 1e300), and deleting the huge value later leaves
+    0, not the small ones.  An addition whose sum leaves the finite range raises
     :class:`RingError` and changes nothing.
     """
 
