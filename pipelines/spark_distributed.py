@@ -191,7 +191,7 @@ def _shard_of_values(values: np.ndarray, shards: int) -> np.ndarray:
         values = values.astype("M8[us]" if values.dtype.kind == "M" else "m8[us]")
     if values.dtype.kind in "iufb":
         return _shard_of_hashes(pd.util.hash_array(values.astype(np.float64) + 0.0), shards)
-    objects = values.astype(object)
+    objects = np.fromiter(map(_microsecond_time, values.astype(object)), object, len(values))
     numbers = np.fromiter(map(_as_float, objects), dtype=np.float64, count=len(objects))
     numeric = ~np.isnan(numbers) | np.fromiter(map(_is_nan_number, objects), bool, len(objects))
     hashed = np.empty(len(objects), dtype=np.uint64)
@@ -203,6 +203,22 @@ def _shard_of_values(values: np.ndarray, shards: int) -> np.ndarray:
 
 def _shard_of_hashes(hashed: np.ndarray, shards: int) -> np.ndarray:
     return (hashed % np.uint64(shards)).astype(np.int64)
+
+
+def _microsecond_time(value):
+    """A datetime or duration object of any kind (numpy scalar, pandas, datetime) as the
+    ``datetime``/``timedelta`` of its microsecond (truncated, as numpy casts a column), so
+    that an instant meets itself whatever holds it; any other value as it is."""
+    if isinstance(value, pd.Timestamp) and value.tz is None:
+        value = value.to_datetime64()
+    elif isinstance(value, pd.Timedelta):
+        value = value.to_timedelta64()
+    elif isinstance(value, pd.Timestamp):  # zoned: its nanoseconds cut (down, as numpy)
+        return value.to_pydatetime(warn=False)
+    if isinstance(value, np.datetime64 | np.timedelta64):
+        unit = "M8[us]" if isinstance(value, np.datetime64) else "m8[us]"
+        return value.astype(unit).item()
+    return value
 
 
 def _as_float(value) -> float:

@@ -672,9 +672,10 @@ def _where(relation: str | None, column: str) -> str:
 
 
 def _is_real(kind: type) -> bool:
-    """Values of this type are real numbers (booleans are not)."""
+    """Values of this type are real numbers (booleans and numpy durations, which numpy
+    registers as integers, are not)."""
     return (issubclass(kind, numbers.Real) or issubclass(kind, decimal.Decimal)) and not (
-        issubclass(kind, bool | np.bool_)
+        issubclass(kind, bool | np.bool_ | np.timedelta64)
     )
 
 

@@ -186,6 +186,8 @@ def _object_kind(x: object) -> int:
     """The kind of one value of an object column (-1: a type that cannot be a key)."""
     if isinstance(x, str):
         return _TEXT
+    if isinstance(x, np.timedelta64):  # numpy registers it as an Integral
+        return _DURATION
     if isinstance(x, numbers.Integral | np.bool_):
         return _INT
     if isinstance(x, numbers.Real):

@@ -141,6 +141,11 @@ FEATURE_VALUES = [
         "Timestamp('2024-01-02",
     ),
     ("Timedelta", pd.DataFrame({"k": [1, 2], "x": pd.to_timedelta(["1s", "2s"])}), "Timedelta("),
+    (  # numpy registers its durations as integers: this one was read as the number 5
+        "numpy timedelta64 in objects",
+        pd.DataFrame({"k": [1, 2], "x": [np.timedelta64(5, "s"), 2.0]}, dtype=object),
+        "timedelta(seconds=5)",
+    ),
     (
         "pandas NA (nullable Int64)",
         pd.DataFrame({"k": [1, 2], "x": pd.array([1, None], dtype="Int64")}),
@@ -383,6 +388,8 @@ TYPED_KEYS = [
     (_UTC_NOON, pd.Timestamp("2020-01-01 12:00"), False),  # aware vs naive
     (datetime.timedelta(seconds=1), pd.Timedelta(1, "s"), True),
     (datetime.timedelta(0), 0, False),
+    (np.timedelta64(1, "s"), pd.Timedelta(1, "s"), True),  # it was keyed as the integer 1
+    (np.timedelta64(1, "s"), datetime.timedelta(microseconds=1_000_001), False),
     (b"a", "a", False),
     (b"a", b"a", True),
     (np.True_, 1, True),

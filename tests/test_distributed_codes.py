@@ -212,3 +212,34 @@ def test_equal_instants_and_durations_of_any_unit_share_a_shard():
         for shard, part in _split_batch(batch, "k", 5):
             got = part.column("k").cast(pa.timestamp("ns")).to_numpy().view(np.int64)
             assert {want[int(v)] for v in got} == {shard}, unit
+
+
+def test_sub_microsecond_instants_and_numpy_scalars_in_object_columns_share_a_shard():
+    """Nanosecond instants and durations (negative ones too) held as pandas or numpy
+    scalars in an object column reach the shard of their datetime64/timedelta64 column
+    (they were hashed by their text, which keeps the nanoseconds the column's route cuts;
+    a numpy timedelta64 in an object column raised TypeError)."""
+    from ringml.pipelines.spark_distributed import _shard_of_values
+
+    rng = np.random.default_rng(6)
+    ns = rng.integers(-(2**61), 2**61, 40)
+    ns[:4] = [-1, 1, -999, 1001]  # either side of the epoch / of zero, under a microsecond
+    instants, spans = ns.astype("datetime64[ns]"), ns.astype("timedelta64[ns]")
+    groups = (
+        {
+            "column": instants,
+            "Timestamp": np.array(list(pd.DatetimeIndex(instants)), dtype=object),
+            "datetime64": np.array(list(instants), dtype=object),
+        },
+        {
+            "column": spans,
+            "Timedelta": np.array(list(pd.TimedeltaIndex(spans)), dtype=object),
+            "timedelta64": np.array(list(spans), dtype=object),
+        },
+    )
+    for group in groups:
+        dictionary = Dictionary("t")  # the engine's own verdict: every form is one key
+        assert len({tuple(dictionary.encode(v)) for v in group.values()}) == 1
+        for shards in (3, 7, 1000003):
+            routed = {name: _shard_of_values(v, shards).tolist() for name, v in group.items()}
+            assert len({tuple(r) for r in routed.values()}) == 1, routed
