@@ -178,12 +178,18 @@ def equal_width_bins(x: np.ndarray, lo: float, hi: float, n_bins: int) -> np.nda
     """``min(B−1, floor((x−lo)/(hi−lo)·B))`` with ``x`` clipped to ``[lo, hi]``; int64.
 
     ``hi == lo`` (a range fixed from one value) maps ``x <= lo`` to bin 0 and ``x > hi`` to
-    the last bin, as clipping would.
+    the last bin, as clipping would.  A range wider than the largest float (``hi − lo``
+    overflows) is measured in halves.
     """
     x = np.asarray(x, dtype=np.float64)
+    lo, hi = float(lo), float(hi)  # Python floats: an overflowing span is inf, silently
     if not hi > lo:
         return np.where(x > hi, n_bins - 1, 0).astype(np.int64)
-    z = (np.clip(x, lo, hi) - lo) / (hi - lo) * n_bins
+    x = np.clip(x, lo, hi)
+    if math.isfinite(hi - lo):
+        z = (x - lo) / (hi - lo) * n_bins
+    else:  # (x − lo) and (hi − lo) overflowed to inf: inf/inf was NaN, cast to bin −2**63
+        z = (x * 0.5 - lo * 0.5) / (hi * 0.5 - lo * 0.5) * n_bins
     return np.minimum(n_bins - 1, np.floor(z)).astype(np.int64)
 
 
@@ -231,7 +237,11 @@ class EqualWidthBinner(TransformerMixin, BaseEstimator):
     def bin_edges(self, column: int = 0) -> np.ndarray:
         """The ``n_bins + 1`` edges of a column's bins."""
         check_is_fitted(self)
-        return np.linspace(self.min_[column], self.max_[column], self.n_bins_ + 1)
+        lo, hi = float(self.min_[column]), float(self.max_[column])
+        if math.isfinite(hi - lo):
+            return np.linspace(lo, hi, self.n_bins_ + 1)
+        half = np.linspace(lo * 0.5, hi * 0.5, self.n_bins_ + 1)  # hi − lo overflows
+        return np.concatenate([[lo], half[1:-1] * 2.0, [hi]])
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

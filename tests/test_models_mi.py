@@ -140,6 +140,23 @@ def test_chow_liu_ties_go_to_the_earlier_variables_whatever_the_row_order(seed):
         assert {frozenset(e) for e in model.tree_.edges()} == expected
 
 
+def test_bins_of_a_range_wider_than_the_largest_float():
+    """hi − lo = 2e308 overflowed: (x − lo)/(hi − lo) was inf/inf = NaN, cast to bin −2**63
+    (and 0.0 went to bin 0).  Bins now agree with the bin edges, found by exact rational
+    arithmetic."""
+    from fractions import Fraction
+
+    lo, hi, n_bins = -1e308, 1.5e308, 5
+    x = np.array([-1e308, -6e307, -1e300, 0.0, 2e307, 4.9e307, 9e307, 1.4e308, 1.5e308])
+    width = (Fraction(hi) - Fraction(lo)) / n_bins
+    exact = [min(n_bins - 1, math.floor((Fraction(v) - Fraction(lo)) / width)) for v in x]
+    assert equal_width_bins(x, lo, hi, n_bins).tolist() == exact
+    binner = EqualWidthBinner(n_bins=n_bins).fit(x[:, None])
+    assert binner.transform(x[:, None]).ravel().tolist() == exact
+    edges = [float(Fraction(lo) + k * width) for k in range(n_bins + 1)]
+    np.testing.assert_allclose(binner.bin_edges(), edges, rtol=1e-15)
+
+
 def join_of(stream, schemas) -> pd.DataFrame:
     """The materialized join of the database a stream prefix leaves (empty relations for
     relations it has not touched yet)."""
