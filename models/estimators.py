@@ -966,10 +966,20 @@ class JoinRegressor(_JoinModel):
                     value,
                 )
 
-    def score(self, X, y=None) -> float:
-        """R² on rows of the joined schema (``y`` defaults to ``X[label]``)."""
-        target = X[self.label] if y is None else y
-        return float(r2_score(np.asarray(target, dtype=np.float64), self.predict(X)))
+    def score(self, X, y=None, sample_weight=None) -> float:
+        """R² on rows of the joined schema (``y`` defaults to ``X[label]``), weighted by
+        ``sample_weight`` as scikit-learn's ``RegressorMixin.score``."""
+        if y is None:
+            check_is_fitted(self)
+            frame = self._feature_frame(X)
+            if self.label not in frame.columns:
+                raise ValueError(
+                    f"X has no label column {self.label!r}: pass y, or rows of the joined "
+                    "schema that hold the label"
+                )
+            y = frame[self.label]
+        target = np.asarray(y, dtype=np.float64)
+        return float(r2_score(target, self.predict(X), sample_weight=sample_weight))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -20,7 +20,7 @@ from ringml.models.mutual_information import EqualWidthBinner
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LinearRegression, Ridge
-from sklearn.metrics import mutual_info_score
+from sklearn.metrics import mutual_info_score, r2_score
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import ringml as rm
@@ -315,6 +315,21 @@ def test_join_regressor_equals_sklearn_on_the_join():
     sk = LinearRegression().fit(join[FEATURES[:4]], join["price"])
     np.testing.assert_allclose(model.coef_, sk.coef_, rtol=1e-6)
     assert model.intercept_ == pytest.approx(sk.intercept_, rel=1e-6)
+
+
+def test_join_regressor_score_takes_sample_weight_and_names_a_missing_label():
+    """score lacked RegressorMixin's sample_weight (TypeError), and rows without the label
+    column raised a bare KeyError."""
+    ds, schemas = _housing(10, seed=3)
+    model = JoinRegressor(schemas, "price", FEATURES[:4]).fit(ds.relations)
+    join = ds.join()
+    weights = np.random.default_rng(0).integers(1, 4, len(join))
+    sk = LinearRegression().fit(join[FEATURES[:4]], join["price"])
+    want = r2_score(join["price"], sk.predict(join[FEATURES[:4]]), sample_weight=weights)
+    assert model.score(join, sample_weight=weights) == pytest.approx(want, rel=1e-9)
+    assert model.score(join[FEATURES[:4]], join["price"], weights) == pytest.approx(want, rel=1e-9)
+    with pytest.raises(ValueError, match="no label column 'price'"):
+        model.score(join.drop(columns="price"))
 
 
 def test_join_regressor_bad_input_leaves_state_unchanged():
