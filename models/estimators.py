@@ -366,8 +366,9 @@ class ChowLiuEstimator(_Atomic, BaseEstimator):
         return self._atomic(self._update, X, sample_weight, 1, not hasattr(self, "ring_"))
 
     def delete(self, X, y=None, sample_weight=None):
-        """Retract rows added before; ``ValueError`` (state unchanged) if a count would
-        go negative."""
+        """Retract rows added before; ``ValueError`` (state unchanged) for a row never
+        added, or retracted more often than it was added (rows are counted by a 64-bit
+        fingerprint each, as in :class:`SufficientStatsRegressor`)."""
         check_is_fitted(self)
         return self._atomic(self._update, X, sample_weight, -1, False)
 
@@ -437,6 +438,14 @@ class ChowLiuEstimator(_Atomic, BaseEstimator):
             table = categories[j]
             glob = np.asarray([table.setdefault(u, len(table)) for u in uniques], np.int64)
             codes.append(glob[local])
+        rows = TupleCounts(q) if first else getattr(self, "_rows", None)
+        changes = None
+        if rows is not None:  # (None: a model pickled before rows were counted)
+            keys = list(codes)
+            values = _as_float(X[:, cont])
+            for t, j in enumerate(cont):  # a continuous value itself, not just its bin
+                keys[j] = values[:, t]
+            changes = self._check_rows(rows, keys, weights, n)
         lifts = [ring.batch_lift(v, c) for v, c in zip(ring.variables, codes, strict=True)]
         batch = reduce(ring.batch_mul, lifts)
         if weights is not None:
@@ -450,7 +459,26 @@ class ChowLiuEstimator(_Atomic, BaseEstimator):
         self.mutual_info_ = mutual_information_matrix(tables, list(ring.variables))
         self.entropy_ = pd.Series(np.diag(self.mutual_info_.to_numpy()), index=ring.variables)
         self.tree_ = chow_liu_tree(self.mutual_info_)
+        if changes is not None:
+            rows.apply(*changes)  # last: everything before may still fail and change nothing
+            self._rows = rows
         return self
+
+    @staticmethod
+    def _check_rows(
+        rows: TupleCounts, keys: list[np.ndarray], weights: np.ndarray | None, n: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The (fingerprints, multiplicities) to record; ``ValueError`` if a row would be
+        retracted more often than it was added (the count tables alone miss a row whose
+        every pair of values was added in other rows)."""
+        signs = np.ones(n, dtype=np.int64) if weights is None else weights
+        ids, net, bad = rows.check(TupleCounts.fingerprints(keys), signs)
+        if bad >= 0:
+            raise ValueError(
+                f"cannot retract row {bad}: it was never added, or is retracted more often "
+                "than it was added"
+            )
+        return ids, net
 
 
 def _is_frame(X: Any) -> bool:
@@ -938,10 +966,20 @@ class JoinRegressor(_JoinModel):
                     value,
                 )
 
-    def score(self, X, y=None) -> float:
-        """R² on rows of the joined schema (``y`` defaults to ``X[label]``)."""
-        target = X[self.label] if y is None else y
-        return float(r2_score(np.asarray(target, dtype=np.float64), self.predict(X)))
+    def score(self, X, y=None, sample_weight=None) -> float:
+        """R² on rows of the joined schema (``y`` defaults to ``X[label]``), weighted by
+        ``sample_weight`` as scikit-learn's ``RegressorMixin.score``."""
+        if y is None:
+            check_is_fitted(self)
+            frame = self._feature_frame(X)
+            if self.label not in frame.columns:
+                raise ValueError(
+                    f"X has no label column {self.label!r}: pass y, or rows of the joined "
+                    "schema that hold the label"
+                )
+            y = frame[self.label]
+        target = np.asarray(y, dtype=np.float64)
+        return float(r2_score(target, self.predict(X), sample_weight=sample_weight))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -11,7 +11,11 @@ after each batch (MI is not linear in the counts).  Conventions of the reference
 * cells with a zero count are skipped (a cell counts as zero when ``|n| <= 1e-9·C_∅``,
   the rounding a float count can carry after deletes);
 * the Chow–Liu tree is a maximum-weight spanning tree of the complete graph weighted by
-  MI (networkx's Kruskal; ties may pick a different tree of the same total weight).
+  MI (Kruskal).  Ties are broken by the order of the variables, whatever the rounding:
+  MIs within ``TIE_RTOL · max(1, largest entropy)`` bits of each other count as equal
+  (equal MIs computed from tables whose cells were summed in another order differ in the
+  last bits, and a tree that followed those bits depended on the order rows arrived in),
+  and among equal MIs the pair ``(X_i, X_j)`` with the smaller ``(i, j)`` is taken first.
 
 Continuous variables are discretized first into equal-width bins fixed once
 (:class:`EqualWidthBinner`), so a delete lands in the bin of its insert.
@@ -19,6 +23,7 @@ Continuous variables are discretized first into equal-width bins fixed once
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
@@ -39,6 +44,8 @@ __all__ = [
 
 #: a count within this fraction of C_∅ is a zero cell (rounding residue of deletes)
 ZERO_RTOL = 1e-9
+#: MIs within this fraction of max(1, the largest entropy) bits are ties for the tree
+TIE_RTOL = 1e-9
 
 
 def _values(table: Mapping) -> np.ndarray:
@@ -118,7 +125,9 @@ def chow_liu_tree(mi: pd.DataFrame | np.ndarray, names: Sequence[str] | None = N
     """The Chow–Liu tree: a maximum spanning tree of the MI matrix (diagonal ignored).
 
     Returns an ``nx.Graph`` with one node per variable (attribute ``entropy`` from the
-    diagonal) and ``weight`` = MI on each of its ``q − 1`` edges.
+    diagonal) and ``weight`` = MI on each of its ``q − 1`` edges.  Ties (MIs within
+    ``TIE_RTOL · max(1, largest diagonal entry)``) go to the pair of the earlier
+    variables, so equal data give the same tree however its MIs were rounded.
     """
     if isinstance(mi, pd.DataFrame):
         names = [str(c) if not isinstance(c, str) else c for c in mi.columns]
@@ -128,16 +137,40 @@ def chow_liu_tree(mi: pd.DataFrame | np.ndarray, names: Sequence[str] | None = N
         names = list(range(len(matrix))) if names is None else list(names)
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1] or len(names) != len(matrix):
         raise ValueError(f"the MI matrix must be square with one name per row: {matrix.shape}")
-    complete = nx.Graph()
+    if not np.all(np.isfinite(matrix)):
+        raise ValueError("the MI matrix has NaN or infinite entries")
+    tree = nx.Graph()
     for i, v in enumerate(names):
-        complete.add_node(v, entropy=float(matrix[i, i]))
-    for i in range(len(names)):
-        for j in range(i + 1, len(names)):
-            complete.add_edge(names[i], names[j], weight=float(matrix[i, j]))
-    tree = nx.maximum_spanning_tree(complete, weight="weight", algorithm="kruskal")
-    for v, data in complete.nodes(data=True):  # Kruskal keeps nodes; keep their attributes
-        tree.nodes[v].update(data)
+        tree.add_node(v, entropy=float(matrix[i, i]))
+    parts = nx.utils.UnionFind(names)
+    for i, j in _kruskal_order(matrix):
+        if parts[names[i]] != parts[names[j]]:
+            parts.union(names[i], names[j])
+            tree.add_edge(names[i], names[j], weight=float(matrix[i, j]))
     return tree
+
+
+def _kruskal_order(matrix: np.ndarray) -> list[tuple[int, int]]:
+    """Every pair ``(i, j)``, ``i < j``, by decreasing MI; ties (see :data:`TIE_RTOL`) by
+    ``(i, j)``."""
+    q = len(matrix)
+    pairs = [(i, j) for i in range(q) for j in range(i + 1, q)]
+    if not pairs:
+        return []
+    weights = np.asarray([matrix[i, j] for i, j in pairs])
+    tol = TIE_RTOL * max(1.0, float(np.max(np.abs(np.diag(matrix)))))
+    out: list[tuple[int, int]] = []
+    group: list[tuple[int, int]] = []
+    top = math.inf
+    for k in np.argsort(-weights, kind="stable"):
+        if group and weights[k] < top - tol:  # below the group's largest: a new group
+            out.extend(sorted(group))
+            group = []
+        if not group:
+            top = float(weights[k])
+        group.append(pairs[k])
+    out.extend(sorted(group))
+    return out
 
 
 # --------------------------------------------------------------------------- binning
@@ -145,12 +178,18 @@ def equal_width_bins(x: np.ndarray, lo: float, hi: float, n_bins: int) -> np.nda
     """``min(B−1, floor((x−lo)/(hi−lo)·B))`` with ``x`` clipped to ``[lo, hi]``; int64.
 
     ``hi == lo`` (a range fixed from one value) maps ``x <= lo`` to bin 0 and ``x > hi`` to
-    the last bin, as clipping would.
+    the last bin, as clipping would.  A range wider than the largest float (``hi − lo``
+    overflows) is measured in halves.
     """
     x = np.asarray(x, dtype=np.float64)
+    lo, hi = float(lo), float(hi)  # Python floats: an overflowing span is inf, silently
     if not hi > lo:
         return np.where(x > hi, n_bins - 1, 0).astype(np.int64)
-    z = (np.clip(x, lo, hi) - lo) / (hi - lo) * n_bins
+    x = np.clip(x, lo, hi)
+    if math.isfinite(hi - lo):
+        z = (x - lo) / (hi - lo) * n_bins
+    else:  # (x − lo) and (hi − lo) overflowed to inf: inf/inf was NaN, cast to bin −2**63
+        z = (x * 0.5 - lo * 0.5) / (hi * 0.5 - lo * 0.5) * n_bins
     return np.minimum(n_bins - 1, np.floor(z)).astype(np.int64)
 
 
@@ -198,7 +237,11 @@ class EqualWidthBinner(TransformerMixin, BaseEstimator):
     def bin_edges(self, column: int = 0) -> np.ndarray:
         """The ``n_bins + 1`` edges of a column's bins."""
         check_is_fitted(self)
-        return np.linspace(self.min_[column], self.max_[column], self.n_bins_ + 1)
+        lo, hi = float(self.min_[column]), float(self.max_[column])
+        if math.isfinite(hi - lo):
+            return np.linspace(lo, hi, self.n_bins_ + 1)
+        half = np.linspace(lo * 0.5, hi * 0.5, self.n_bins_ + 1)  # hi − lo overflows
+        return np.concatenate([[lo], half[1:-1] * 2.0, [hi]])
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -637,11 +637,21 @@ class CovarianceRegression:
         self.design: Design | None = None
         self.history: list[RegressionResult] = []
         self.total_iterations = 0
+        self._solved_with: dict[str, Any] | None = None
+
+    _SOLVER_PARAMS = (
+        "ridge", "fit_intercept", "solver", "tol", "max_iter", "armijo_memory", "stopping",
+    )  # fmt: skip
+
+    def _solver_params(self) -> dict[str, Any]:
+        """The attributes that shape a fit of a given design."""
+        return {name: getattr(self, name) for name in self._SOLVER_PARAMS}
 
     def reset(self) -> None:
         """Forget the coefficients, the step and the history."""
         self.result = None
         self.design = None
+        self._solved_with = None
         self.history = []
         self.total_iterations = 0
 
@@ -685,17 +695,20 @@ class CovarianceRegression:
         # fit_from_sigma saw positions; give the result its real labels
         result = _relabel(result, design.columns, design.label)
         self.result, self.design = result, design
+        self._solved_with = self._solver_params()
         self.total_iterations += result.iterations
         if self.keep_history:
             self.history.append(result)
         return result
 
     def _unchanged(self, design: Design) -> bool:
-        """Whether ``design`` is the last converged fit's, exactly."""
+        """Whether ``design`` is the last converged fit's, exactly, and the parameters
+        that shape a fit (ridge, solver, tol, ...) are the ones it was solved with."""
         last = self.design
         return (
             last is not None
             and self.result.converged
+            and getattr(self, "_solved_with", None) == self._solver_params()
             and design.columns == last.columns
             and np.array_equal(design.sigma, last.sigma)
             and np.array_equal(design.shifts, last.shifts)

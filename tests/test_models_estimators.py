@@ -20,7 +20,7 @@ from ringml.models.mutual_information import EqualWidthBinner
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LinearRegression, Ridge
-from sklearn.metrics import mutual_info_score
+from sklearn.metrics import mutual_info_score, r2_score
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import ringml as rm
@@ -212,6 +212,36 @@ def test_chow_liu_estimator_strings_deletes_and_oracle():
     assert model.n_samples_seen_ == 150
 
 
+@pytest.mark.parametrize("how", ["delete", "negative weight"])
+def test_chow_liu_refuses_a_row_never_added_whose_pairs_all_were(how):
+    """Rows (1,1,2), (1,2,1), (2,1,1): every pair of values of (1,1,1) was added, in other
+    rows, so no count table went negative and its retraction was accepted, leaving tables
+    no data set has (every MI 1 bit over 2 rows)."""
+    frame = pd.DataFrame([(1, 1, 2), (1, 2, 1), (2, 1, 1)], columns=list("abc"))
+    model = ChowLiuEstimator().fit(frame)
+    before = model.mutual_info_.copy()
+    never = pd.DataFrame([(1, 1, 1)], columns=list("abc"))
+    with pytest.raises(ValueError, match="never added"):
+        if how == "delete":
+            model.delete(never)
+        else:
+            model.partial_fit(never, sample_weight=[-1])
+    pd.testing.assert_frame_equal(model.mutual_info_, before)
+    assert model.n_samples_seen_ == 3
+    # a continuous value is a row's value, not just its bin; the rows added still go
+    binned = ChowLiuEstimator(continuous=["w"], n_bins=2)
+    rows = pd.DataFrame({"a": [1, 2], "w": [0.0, 10.0]})
+    binned.fit(rows)
+    with pytest.raises(ValueError, match="never added"):
+        binned.delete(pd.DataFrame({"a": [1], "w": [1.0]}))  # bin of 0.0, never added
+    binned.delete(rows.iloc[:1]).partial_fit(rows.iloc[:1], sample_weight=[2])
+    reference = pd.DataFrame([(1, 0.0), (1, 0.0), (2, 10.0)], columns=["a", "w"])
+    oracle = [
+        [mutual_info_score(reference[x], reference[z]) / math.log(2) for z in "aw"] for x in "aw"
+    ]
+    np.testing.assert_allclose(binned.mutual_info_.to_numpy(), oracle, atol=1e-12)
+
+
 def test_chow_liu_categories_differing_by_a_nul_character_are_two_categories():
     """pd.factorize cut strings at a NUL: "a" and "a\\x00" were one category."""
     frame = pd.DataFrame({"s": ["a", "a\x00", "a", "a\x00"], "t": ["x", "y", "x", "y"]})
@@ -285,6 +315,21 @@ def test_join_regressor_equals_sklearn_on_the_join():
     sk = LinearRegression().fit(join[FEATURES[:4]], join["price"])
     np.testing.assert_allclose(model.coef_, sk.coef_, rtol=1e-6)
     assert model.intercept_ == pytest.approx(sk.intercept_, rel=1e-6)
+
+
+def test_join_regressor_score_takes_sample_weight_and_names_a_missing_label():
+    """score lacked RegressorMixin's sample_weight (TypeError), and rows without the label
+    column raised a bare KeyError."""
+    ds, schemas = _housing(10, seed=3)
+    model = JoinRegressor(schemas, "price", FEATURES[:4]).fit(ds.relations)
+    join = ds.join()
+    weights = np.random.default_rng(0).integers(1, 4, len(join))
+    sk = LinearRegression().fit(join[FEATURES[:4]], join["price"])
+    want = r2_score(join["price"], sk.predict(join[FEATURES[:4]]), sample_weight=weights)
+    assert model.score(join, sample_weight=weights) == pytest.approx(want, rel=1e-9)
+    assert model.score(join[FEATURES[:4]], join["price"], weights) == pytest.approx(want, rel=1e-9)
+    with pytest.raises(ValueError, match="no label column 'price'"):
+        model.score(join.drop(columns="price"))
 
 
 def test_join_regressor_bad_input_leaves_state_unchanged():

@@ -113,6 +113,50 @@ def test_chow_liu_is_networkx_maximum_spanning_tree(seed, q):
     assert tree.size(weight="weight") == pytest.approx(expected.size(weight="weight"))
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_chow_liu_ties_go_to_the_earlier_variables_whatever_the_row_order(seed):
+    """v1 copies v0, so MI(v0, v2) = MI(v1, v2): the tree followed the last bits of the
+    two, which depend on the history of the count tables (the same rows, after other rows
+    came and went, gave another tree).  Ties now go to the pair of the earlier variables, as
+    networkx's Kruskal does on exactly tied weights listed in that order."""
+    from ringml.models import ChowLiuEstimator
+
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({f"v{j}": rng.integers(0, 3, 40) for j in range(4)})
+    frame["v1"] = frame["v0"]
+    names = list(frame.columns)
+    exact = [[mutual_info_score(frame[a], frame[b]) / math.log(2) for b in names] for a in names]
+    graph = nx.Graph()
+    for i, a in enumerate(names):
+        for b, weight in zip(names[i + 1 :], exact[i][i + 1 :], strict=True):
+            graph.add_edge(a, b, weight=round(weight, 9))  # equal MIs exactly equal
+    expected = {frozenset(e) for e in nx.maximum_spanning_tree(graph).edges()}
+    other = pd.DataFrame({v: rng.integers(0, 7, 10) for v in names})  # come and go
+    for model in (
+        ChowLiuEstimator().fit(frame),
+        ChowLiuEstimator().fit(frame.iloc[rng.permutation(40)]),
+        ChowLiuEstimator().fit(other).partial_fit(frame).delete(other),
+    ):
+        assert {frozenset(e) for e in model.tree_.edges()} == expected
+
+
+def test_bins_of_a_range_wider_than_the_largest_float():
+    """hi − lo = 2e308 overflowed: (x − lo)/(hi − lo) was inf/inf = NaN, cast to bin −2**63
+    (and 0.0 went to bin 0).  Bins now agree with the bin edges, found by exact rational
+    arithmetic."""
+    from fractions import Fraction
+
+    lo, hi, n_bins = -1e308, 1.5e308, 5
+    x = np.array([-1e308, -6e307, -1e300, 0.0, 2e307, 4.9e307, 9e307, 1.4e308, 1.5e308])
+    width = (Fraction(hi) - Fraction(lo)) / n_bins
+    exact = [min(n_bins - 1, math.floor((Fraction(v) - Fraction(lo)) / width)) for v in x]
+    assert equal_width_bins(x, lo, hi, n_bins).tolist() == exact
+    binner = EqualWidthBinner(n_bins=n_bins).fit(x[:, None])
+    assert binner.transform(x[:, None]).ravel().tolist() == exact
+    edges = [float(Fraction(lo) + k * width) for k in range(n_bins + 1)]
+    np.testing.assert_allclose(binner.bin_edges(), edges, rtol=1e-15)
+
+
 def join_of(stream, schemas) -> pd.DataFrame:
     """The materialized join of the database a stream prefix leaves (empty relations for
     relations it has not touched yet)."""

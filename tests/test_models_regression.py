@@ -228,6 +228,29 @@ def test_unchanged_payload_skips_the_solver_only_after_convergence():
     assert model.total_iterations == first.iterations + second.iterations
 
 
+@pytest.mark.parametrize("solver", ["bgd", "cholesky"])
+def test_changed_parameters_refit_an_unchanged_payload(solver):
+    """Setting ridge, fit_intercept or solver between refreshes of the same Σ refits: the
+    converged result of the old parameters was handed back (ridge 0 after ridge=5)."""
+    X, y = _correlated(n=200, k=3)
+    ring = CovarianceRing(["x0", "x1", "x2", "y"])
+    payload = ring.batch_sum(ring.batch_lift_block(ring.variables, np.column_stack([X, y])))
+    model = CovarianceRegression("y", solver=solver)
+    model.refresh(ring, payload)
+    model.ridge = 5.0
+    ridged = model.refresh(ring, payload)
+    sk = Ridge(alpha=5.0 * len(y)).fit(X, y)
+    assert ridged.ridge == 5.0
+    close(ridged.coef, sk.coef_, rtol=1e-7)
+    model.fit_intercept, model.ridge = False, 0.0
+    through_origin = model.refresh(ring, payload)
+    sk = LinearRegression(fit_intercept=False).fit(X, y)
+    assert through_origin.intercept == 0.0
+    close(through_origin.coef, sk.coef_, rtol=1e-7)
+    model.solver = "cholesky" if solver == "bgd" else "bgd"
+    assert model.refresh(ring, payload).solver == model.solver
+
+
 def _correlated(seed: int = 7, n: int = 3000, k: int = 8) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, k)) @ rng.normal(size=(k, k))
