@@ -1014,15 +1014,12 @@ class RefreshLogger:
 
 
 def _served_signature(inferred: ModelSignature, spec: Mapping[str, Any]) -> ModelSignature:
-    """``inferred`` with every continuous feature typed ``any``: MLflow would refuse floats
-    in a column the example held as integers (``long``), or int64 in one typed ``double``;
-    the served model takes any numbers, as the estimator does, and names a value that is
-    not one."""
-    continuous = {name for name, _ in spec["continuous"]}
-    columns = [
-        ColSpec(AnyType(), c.name, required=c.required) if c.name in continuous else c
-        for c in inferred.inputs.inputs
-    ]
+    """``inferred`` with every feature typed ``any``: MLflow would refuse floats in a
+    column the example held as integers (``long``), int64 in one typed ``double``, a
+    category column of floats (``1.0`` for the category ``1``), NULLs in an integer
+    category column or a pandas ``category`` dtype; the served model takes what the
+    estimator takes and names a value it refuses."""
+    columns = [ColSpec(AnyType(), c.name, required=c.required) for c in inferred.inputs.inputs]
     return ModelSignature(Schema(columns), inferred.outputs)
 
 
