@@ -993,6 +993,39 @@ def test_pattern_view_keys_differing_by_a_nul_character_are_two_keys():
     assert view.result()["key"].tolist() == ["k", "k\x00"]
 
 
+def test_pattern_predicates_see_a_live_run_exactly_and_nulls_fail_them():
+    """``prev`` was one NaN-padded frame of every key, so int64 event columns became floats
+    (epoch-nanosecond sequence numbers 1 apart compared equal) and a nullable column's
+    comparison with a fresh key's NaN gave pd.NA, which raised TypeError; a NULL predicate
+    result is now false, as in SQL."""
+    base = 1_700_000_000_000_000_000
+    seqs = {"u": [base + 1, base + 2], "v": [base + 2, base + 1], "w": [base, base]}
+    view = PatternView("S", ["k"], "a b", {"b": lambda new, prev: new["seq"] > prev["seq"]})
+    stream = WindowedStream(view, {"S": StreamTable("ts", 1)})
+    for t in range(2):
+        keys = list(seqs)
+        stream.insert("S", {"ts": [float(t)] * 3, "k": keys, "seq": [seqs[k][t] for k in keys]})
+    stream.advance_watermark(2)
+    assert view.result()["k"].tolist() == [k for k, (a, b) in seqs.items() if b > a] == ["u"]
+
+    nullable = PatternView(
+        "S",
+        ["k"],
+        "a b",
+        {"a": lambda new, prev: new["x"] >= 0, "b": lambda new, prev: new["x"] > prev["x"]},
+    )
+    stream = WindowedStream(nullable, {"S": StreamTable("ts", 1)})
+    x = {"u": [1, 3], "v": [1, None], "w": [None, 5]}  # v's NULL fails b and a; w starts late
+    for t in range(2):
+        keys = list(x)
+        column = pd.array([x[k][t] for k in keys], dtype="Int64")
+        stream.insert("S", pd.DataFrame({"ts": [float(t)] * 3, "k": keys, "x": column}))
+    stream.advance_watermark(2)
+    helper = nullable.helper()
+    assert dict(zip(helper["k"], helper["state"], strict=True)) == {"u": 2, "w": 1}
+    assert nullable.result()["k"].tolist() == ["u"]
+
+
 @pytest.mark.parametrize(
     "ts, width, window",
     [(1e19, 1, "RANGE 5"), (1.0, 1e-300, "RANGE 1e-299"), (2.0e9, 1e-10, "RANGE 1e-9")],
