@@ -507,6 +507,11 @@ class _Clock:
                 raise InputTypeError(
                     f"{what} {value!r} is a duration, but event times are datetimes"
                 )
+            if isinstance(value, int | float | np.number) and not isinstance(value, bool):
+                raise InputTypeError(  # pd.Timestamp(5) would be 5 ns after the epoch
+                    f"{what} is {value!r}, a plain number, but the event times are datetimes: "
+                    "give a datetime such as '2024-01-01 00:00'"
+                )
             stamp = pd.Timestamp(value)
             if stamp is pd.NaT:
                 raise BatchError(f"{what} {value!r} is not a time", None, None, value)

@@ -550,6 +550,48 @@ def test_stream_database_declares_windows_before_rows_and_checks_views():
     assert first_two.to_pandas()["pairs"].tolist() == [4]
 
 
+def test_stream_database_refuses_plain_numbers_for_dated_stream_tables_when_declared():
+    """A numeric RANGE, width, lateness or origin over a TIMESTAMP stream table was accepted
+    and then failed every insert, naming the hidden window table (``S__range_10``); a
+    numeric origin was read as nanoseconds after the epoch.  They are refused when declared,
+    as are stream tables of different kinds of time (they share one watermark)."""
+    ddl = "CREATE TABLE S (ts TIMESTAMP, k TEXT)"
+    sdb = StreamDatabase()
+    for width, origin in [(60, 0.0), ("1 MINUTE", 5)]:
+        with pytest.raises(
+            SqlSemanticError, match="a plain number, but its event time is TIMESTAMP"
+        ):
+            sdb.create_stream_table(ddl, "ts", width, origin=origin)
+    with pytest.raises(SqlSemanticError, match="the lateness is 5.0, a plain number"):
+        StreamDatabase(lateness=5).create_stream_table(ddl, "ts", "1 MINUTE")
+    sdb.create_stream_table(ddl, "ts", "1 MINUTE")
+    with pytest.raises(SqlSemanticError, match="view 'v': the window RANGE 10.0 over stream"):
+        sdb.create_view("v", "SELECT COUNT(*) AS n FROM S", window="RANGE 10")
+    assert list(sdb.database.tables) == ["S"]  # no window table left behind
+    with pytest.raises(SqlSemanticError, match="share one watermark"):
+        sdb.create_stream_table("CREATE TABLE T (t DOUBLE, k TEXT)", "t", 60)
+    sdb.create_view("v", "SELECT COUNT(*) AS n FROM S", window="RANGE 2 MINUTES")
+    times = pd.to_datetime(["2024-01-01 00:00:30", "2024-01-01 00:03:00"])
+    sdb.insert("S", {"ts": times, "k": ["a", "b"]})  # 00:01 + 2 min <= 00:03: the first left
+    assert sdb.view("v").to_pandas()["n"].tolist() == [1]
+
+
+def test_a_datetime_clock_refuses_plain_number_origins_and_watermarks():
+    """``pd.Timestamp(5)`` is 5 ns after the epoch: an origin of 5 moved every partition
+    boundary by 5 ns silently (a row at 00:01:00 fell into minute 0)."""
+    stream = WindowedStream(
+        loss_by_src(), {"S": StreamTable("ts", "1 MINUTE", "RANGE 2 MINUTES", origin=5)}
+    )
+    row = {"ts": [pd.Timestamp("2024-01-01 00:01:00")], "src": ["a"], "loss": [1.0]}
+    with pytest.raises(InputTypeError, match="origin of 'S' is 5, a plain number"):
+        stream.insert("S", row)
+    stream = WindowedStream(loss_by_src(), {"S": StreamTable("ts", "1 MINUTE", "RANGE 2 MINUTES")})
+    stream.insert("S", row)
+    with pytest.raises(InputTypeError, match="the watermark is 1.7e\\+18, a plain number"):
+        stream.advance_watermark(1.7e18)
+    assert stream.watermark == pd.Timestamp("2024-01-01 00:01:00")
+
+
 # ------------------------------------------------------------------ MIN / MAX
 def test_minmax_view_equals_pandas_under_random_inserts_and_deletes():
     rng = np.random.default_rng(3)
