@@ -507,6 +507,11 @@ class _Clock:
                 raise InputTypeError(
                     f"{what} {value!r} is a duration, but event times are datetimes"
                 )
+            if isinstance(value, int | float | np.number) and not isinstance(value, bool):
+                raise InputTypeError(  # pd.Timestamp(5) would be 5 ns after the epoch
+                    f"{what} is {value!r}, a plain number, but the event times are datetimes: "
+                    "give a datetime such as '2024-01-01 00:00'"
+                )
             stamp = pd.Timestamp(value)
             if stamp is pd.NaT:
                 raise BatchError(f"{what} {value!r} is not a time", None, None, value)
@@ -1771,18 +1776,18 @@ class PatternView:
                 f"event ({len(new)})",
                 self.table,
             )
-        return out.astype(bool) & ~pd.isna(out)
+        missing = pd.isna(out)  # NULL (NaN, None, pd.NA of nullable dtypes): not satisfied
+        return (np.where(missing, False, out) if missing.any() else out).astype(bool)
 
     def _step(self, helper: pd.DataFrame | None, rows: pd.DataFrame, k: int) -> pd.DataFrame:
-        """``Helper[k]`` from ``Helper[k-1]`` (None: no live runs) and ``S[k]``: each
-        predicate runs once on the whole partition, each state's CASE arm picks its rows."""
+        """``Helper[k]`` from ``Helper[k-1]`` (None: no live runs) and ``S[k]``, with
+        ViewDF's CASE arms: the first variable's predicate runs once on the whole partition,
+        each state's predicates once on the events of the keys in that state."""
         n = len(rows)
         aggregates = self._helper_columns()
         fresh = self._fresh(rows)
-        if helper is not None and len(helper):
-            prev = self._previous(helper, rows, aggregates)
-        else:
-            prev = fresh
+        at = self._lookup(helper, rows)
+        prev = self._previous(helper, rows, at, aggregates) if (at >= 0).any() else fresh
         was = prev["state"].to_numpy(np.int64)
         names, kleene, last = self.pattern.variables, self.pattern.kleene, self.pattern.states
         starts = self._test(names[0], rows, fresh, k)
@@ -1790,19 +1795,25 @@ class PatternView:
         carried = np.zeros(n, dtype=bool)
         stayed = np.zeros(n, dtype=bool)
         for s in range(1, last + 1):
-            here = was == s
-            if not here.any():
+            here = np.flatnonzero(was == s)
+            if not here.size:
                 continue
-            stay = here & self._test(f"{names[s - 1]}[i]", rows, prev, k) if kleene[s - 1] else None
-            if stay is not None:
-                state[stay] = s
-                stayed |= stay
+            # the keys in state s have a live run: their predicates see its helper row as
+            # stored (exact integers, booleans), not the NaN-padded frame of every key
+            new, old = (
+                rows.iloc[here],
+                self._previous(helper, rows.iloc[here], at[here], aggregates),
+            )
+            stay = (
+                here[self._test(f"{names[s - 1]}[i]", new, old, k)] if kleene[s - 1] else here[:0]
+            )
+            state[stay] = s
+            stayed[stay] = True
             if s < last:
-                proceed = here & self._test(names[s], rows, prev, k)
-                if stay is not None:
-                    proceed &= ~stay
+                proceed = here[self._test(names[s], new, old, k)]
+                proceed = proceed[~stayed[proceed]]
                 state[proceed] = s + 1
-                carried |= proceed
+                carried[proceed] = True
         carried |= stayed
         state[~carried & starts] = 1
         keep = np.flatnonzero(state > 0)
@@ -1834,11 +1845,19 @@ class PatternView:
             out[c] = np.zeros(n, dtype=np.int64 if c in ("state", "count", "var_count") else float)
         return pd.DataFrame(out, index=rows.index)
 
-    def _previous(self, helper: pd.DataFrame, rows: pd.DataFrame, aggregates: list[str]):
-        """The helper rows of the keys of ``rows`` (aligned with it), fresh where a key has
-        no live run."""
+    def _lookup(self, helper: pd.DataFrame | None, rows: pd.DataFrame) -> np.ndarray:
+        """Per row of ``rows`` the helper row of its key, -1 where the key has no live run."""
+        if helper is None or not len(helper):
+            return np.full(len(rows), -1, dtype=np.int64)
         codes = self._key_codes([helper, rows])
-        at = pd.Index(codes[: len(helper)]).get_indexer(codes[len(helper) :])
+        return pd.Index(codes[: len(helper)]).get_indexer(codes[len(helper) :])
+
+    def _previous(
+        self, helper: pd.DataFrame, rows: pd.DataFrame, at: np.ndarray, aggregates: list[str]
+    ) -> pd.DataFrame:
+        """The helper rows ``at`` of the keys of ``rows`` (aligned with it), fresh where a
+        key has no live run (``at`` -1: NaN event columns, zero aggregates); where every key
+        has one, the event columns keep their stored values and dtypes."""
         found = at >= 0
         take = np.where(found, at, 0)
         out: dict[str, Any] = {}
@@ -1847,7 +1866,9 @@ class PatternView:
                 out[c] = rows[c].to_numpy()
             elif c in helper.columns:
                 values = helper[c].to_numpy().take(take)
-                if values.dtype.kind in "iufb":
+                if found.all():
+                    out[c] = values
+                elif values.dtype.kind in "iufb":
                     out[c] = np.where(found, values, np.nan)
                 else:
                     out[c] = pd.Series(values).where(found).to_numpy()

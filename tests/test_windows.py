@@ -550,6 +550,48 @@ def test_stream_database_declares_windows_before_rows_and_checks_views():
     assert first_two.to_pandas()["pairs"].tolist() == [4]
 
 
+def test_stream_database_refuses_plain_numbers_for_dated_stream_tables_when_declared():
+    """A numeric RANGE, width, lateness or origin over a TIMESTAMP stream table was accepted
+    and then failed every insert, naming the hidden window table (``S__range_10``); a
+    numeric origin was read as nanoseconds after the epoch.  They are refused when declared,
+    as are stream tables of different kinds of time (they share one watermark)."""
+    ddl = "CREATE TABLE S (ts TIMESTAMP, k TEXT)"
+    sdb = StreamDatabase()
+    for width, origin in [(60, 0.0), ("1 MINUTE", 5)]:
+        with pytest.raises(
+            SqlSemanticError, match="a plain number, but its event time is TIMESTAMP"
+        ):
+            sdb.create_stream_table(ddl, "ts", width, origin=origin)
+    with pytest.raises(SqlSemanticError, match="the lateness is 5.0, a plain number"):
+        StreamDatabase(lateness=5).create_stream_table(ddl, "ts", "1 MINUTE")
+    sdb.create_stream_table(ddl, "ts", "1 MINUTE")
+    with pytest.raises(SqlSemanticError, match="view 'v': the window RANGE 10.0 over stream"):
+        sdb.create_view("v", "SELECT COUNT(*) AS n FROM S", window="RANGE 10")
+    assert list(sdb.database.tables) == ["S"]  # no window table left behind
+    with pytest.raises(SqlSemanticError, match="share one watermark"):
+        sdb.create_stream_table("CREATE TABLE T (t DOUBLE, k TEXT)", "t", 60)
+    sdb.create_view("v", "SELECT COUNT(*) AS n FROM S", window="RANGE 2 MINUTES")
+    times = pd.to_datetime(["2024-01-01 00:00:30", "2024-01-01 00:03:00"])
+    sdb.insert("S", {"ts": times, "k": ["a", "b"]})  # 00:01 + 2 min <= 00:03: the first left
+    assert sdb.view("v").to_pandas()["n"].tolist() == [1]
+
+
+def test_a_datetime_clock_refuses_plain_number_origins_and_watermarks():
+    """``pd.Timestamp(5)`` is 5 ns after the epoch: an origin of 5 moved every partition
+    boundary by 5 ns silently (a row at 00:01:00 fell into minute 0)."""
+    stream = WindowedStream(
+        loss_by_src(), {"S": StreamTable("ts", "1 MINUTE", "RANGE 2 MINUTES", origin=5)}
+    )
+    row = {"ts": [pd.Timestamp("2024-01-01 00:01:00")], "src": ["a"], "loss": [1.0]}
+    with pytest.raises(InputTypeError, match="origin of 'S' is 5, a plain number"):
+        stream.insert("S", row)
+    stream = WindowedStream(loss_by_src(), {"S": StreamTable("ts", "1 MINUTE", "RANGE 2 MINUTES")})
+    stream.insert("S", row)
+    with pytest.raises(InputTypeError, match="the watermark is 1.7e\\+18, a plain number"):
+        stream.advance_watermark(1.7e18)
+    assert stream.watermark == pd.Timestamp("2024-01-01 00:01:00")
+
+
 # ------------------------------------------------------------------ MIN / MAX
 def test_minmax_view_equals_pandas_under_random_inserts_and_deletes():
     rng = np.random.default_rng(3)
@@ -991,6 +1033,39 @@ def test_pattern_view_keys_differing_by_a_nul_character_are_two_keys():
     stream.insert("S", {"ts": [0.0, 0.5], "key": ["k", "k\x00"], "x": [1.0, 2.0]})
     stream.advance_watermark(1)
     assert view.result()["key"].tolist() == ["k", "k\x00"]
+
+
+def test_pattern_predicates_see_a_live_run_exactly_and_nulls_fail_them():
+    """``prev`` was one NaN-padded frame of every key, so int64 event columns became floats
+    (epoch-nanosecond sequence numbers 1 apart compared equal) and a nullable column's
+    comparison with a fresh key's NaN gave pd.NA, which raised TypeError; a NULL predicate
+    result is now false, as in SQL."""
+    base = 1_700_000_000_000_000_000
+    seqs = {"u": [base + 1, base + 2], "v": [base + 2, base + 1], "w": [base, base]}
+    view = PatternView("S", ["k"], "a b", {"b": lambda new, prev: new["seq"] > prev["seq"]})
+    stream = WindowedStream(view, {"S": StreamTable("ts", 1)})
+    for t in range(2):
+        keys = list(seqs)
+        stream.insert("S", {"ts": [float(t)] * 3, "k": keys, "seq": [seqs[k][t] for k in keys]})
+    stream.advance_watermark(2)
+    assert view.result()["k"].tolist() == [k for k, (a, b) in seqs.items() if b > a] == ["u"]
+
+    nullable = PatternView(
+        "S",
+        ["k"],
+        "a b",
+        {"a": lambda new, prev: new["x"] >= 0, "b": lambda new, prev: new["x"] > prev["x"]},
+    )
+    stream = WindowedStream(nullable, {"S": StreamTable("ts", 1)})
+    x = {"u": [1, 3], "v": [1, None], "w": [None, 5]}  # v's NULL fails b and a; w starts late
+    for t in range(2):
+        keys = list(x)
+        column = pd.array([x[k][t] for k in keys], dtype="Int64")
+        stream.insert("S", pd.DataFrame({"ts": [float(t)] * 3, "k": keys, "x": column}))
+    stream.advance_watermark(2)
+    helper = nullable.helper()
+    assert dict(zip(helper["k"], helper["state"], strict=True)) == {"u": 2, "w": 1}
+    assert nullable.result()["k"].tolist() == ["u"]
 
 
 @pytest.mark.parametrize(

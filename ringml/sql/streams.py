@@ -109,8 +109,47 @@ class StreamDatabase:
                 construct=found,
             )
         spec = StreamTable(found, partition, None, origin)
+        self._check_clock(schema.name, schema.sql_type(found), spec)
         self.database.create_table(ddl)
         self._streams[schema.name] = spec
+
+    def _check_clock(self, table: str, sql_type: str, spec: StreamTable) -> None:
+        """The stream tables share one watermark, so one kind of event time; a DATE or
+        TIMESTAMP one takes durations (``"1 MINUTE"``) and a datetime origin, not plain
+        numbers, which would fail every insert later."""
+        dated = sql_type in ("DATE", "TIMESTAMP")
+        for other in self._streams:
+            other_type = self._time_type(other)
+            if (other_type in ("DATE", "TIMESTAMP")) != dated:
+                raise SqlSemanticError(
+                    f"stream table {table!r}: its event time is {sql_type}, but stream table "
+                    f"{other!r}'s is {other_type}; the stream tables share one watermark, so "
+                    "their event times are all numbers or all dates/timestamps",
+                    construct=spec.time_column,
+                )
+        if not dated:
+            return
+        for what, value in (
+            ("partition width", spec.partition),
+            ("lateness", self.stream.lateness),
+        ):
+            if not isinstance(value, pd.Timedelta) and value != 0:
+                raise SqlSemanticError(
+                    f"stream table {table!r}: the {what} is {value!r}, a plain number, but its "
+                    f"event time is {sql_type}: give a duration such as '1 MINUTE'",
+                    construct=spec.time_column,
+                )
+        origin = spec.origin
+        if isinstance(origin, int | float) and not isinstance(origin, bool) and origin != 0:
+            raise SqlSemanticError(
+                f"stream table {table!r}: the origin is {origin!r}, a plain number, but its "
+                f"event time is {sql_type}: give a time such as '2024-01-01'",
+                construct=spec.time_column,
+            )
+
+    def _time_type(self, table: str) -> str:
+        """The SQL type of stream table ``table``'s event-time column."""
+        return self.database.catalog.table(table).sql_type(self._streams[table].time_column)
 
     def create_view(
         self, name: str, sql: str, window: str | Window | None = None, strategy: str = "fivm"
@@ -133,6 +172,8 @@ class StreamDatabase:
                 f"view {name!r} has a window but reads no stream table "
                 f"(the stream tables are {sorted(self._streams)})"
             )
+        for _, schema in nodes:
+            self._check_window(name, schema.name, parsed)
         staged = catalog.copy()
         added: dict[str, tuple[TableSchema, StreamTable]] = {}
         for node, schema in nodes:
@@ -186,6 +227,22 @@ class StreamDatabase:
             raise
         self._windows[view.name] = None if window is None else str(parsed)
         return view
+
+    def _check_window(self, view: str, table: str, window: Window) -> None:
+        """A RANGE over a DATE or TIMESTAMP stream table is a duration (a plain number would
+        fail every insert later, naming the hidden window table)."""
+        sql_type = self._time_type(table)
+        if (
+            window.kind == "range"
+            and sql_type in ("DATE", "TIMESTAMP")
+            and not isinstance(window.length, pd.Timedelta)
+        ):
+            raise SqlSemanticError(
+                f"view {view!r}: the window {window} over stream table {table!r} is a plain "
+                f"number, but its event time is {sql_type}: give a duration such as "
+                "'RANGE 10 MINUTES'",
+                construct=str(window),
+            )
 
     def _window_table(self, table: str, window: Window) -> str | None:
         """The hidden table holding stream table ``table``'s rows inside exactly ``window``
