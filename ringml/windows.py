@@ -1564,7 +1564,10 @@ class Pattern:
     ``red = lambda new, prev: new.loss > 10``, or ``b[i].loss > b[i-1].loss`` as
     ``{"b[i]": lambda new, prev: new.loss > prev.loss}``, ``d[i].loss > avg(d[..i-1].loss)``
     as ``new.loss > prev.var_sum_loss / prev.var_count``, ``d[i].loss > d[1].loss`` as
-    ``new.loss > prev.var_first_loss``.
+    ``new.loss > prev.var_first_loss``.  The sums are plain additions: a NULL value in a
+    ``sums`` column makes the run's sums NaN from then on (they do not skip it as SQL's
+    SUM would, which would leave them out of step with the counts); a predicate whose
+    result is NULL does not hold.
     """
 
     variables: tuple[str, ...]
