@@ -536,8 +536,14 @@ class BatchPreparer:
             )
         signs = batch.signs()
         if signs.shape != (len(frame),):
+            given = (
+                f"{signs.shape[0]} multiplicities"
+                if signs.ndim == 1
+                else f"multiplicities of shape {signs.shape}"
+            )
             raise BatchError(
-                f"relation {relation!r}: {signs.shape[0]} multiplicities for {len(frame)} rows",
+                f"relation {relation!r}: {given} for {len(frame)} rows (give one per row, as "
+                "a flat sequence)",
                 relation,
                 "multiplicity",
             )
