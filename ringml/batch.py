@@ -511,6 +511,8 @@ class BatchPreparer:
             )
         columns = self.query.relations[relation]
         frame = batch.rows
+        if frame.shape == (0, 0):  # no rows at all ([] or {}): nothing names the columns
+            frame = pd.DataFrame({c: np.zeros(0, dtype=np.int64) for c in columns})
         names = frame.columns.tolist()
         # the usual case, the relation's columns in order: no duplicate, missing or extra
         # column, and no hash table of the names (pandas builds one per new frame)

@@ -814,6 +814,22 @@ def test_multiplicities_not_one_per_row_are_refused_naming_their_shape(strategy,
     assert m.result() == 1 and m.tuples_applied == 1
 
 
+@pytest.mark.parametrize("strategy", ["fivm", "first_order", "higher_order", "recompute"])
+@pytest.mark.parametrize("empty", [[], {}, pd.DataFrame()])
+def test_no_rows_given_without_columns_are_an_empty_batch(strategy, empty):
+    """An empty list of records (a stream's quiet micro-batch), {} or a bare DataFrame()
+    has no columns: it was refused as 'missing' every column, the loading of a static
+    relation included, where rows with the columns but none of them were a no-op."""
+    query = rm.natural_join_query({"R": ["a", "b"], "S": ["b", "c"]}, free=["a"])
+    m = rm.Maintainer(query, strategy=strategy, updatable=["R"])
+    m.load("S", empty)
+    m.load("S", {"b": [1, 1], "c": [5, 6]})
+    m.insert("R", {"a": ["x", "y"], "b": [1, 1]})
+    assert not m.insert("R", empty) and not m.delete("R", empty)
+    m.apply([rm.UpdateBatch("R", empty, [])])
+    assert m.result() == {("x",): 2, ("y",): 2} and m.tuples_applied == 4
+
+
 def test_rows_a_filter_drops_are_still_checked():
     """A relation's filter dropped rows before validation: a delete of a tuple never
     inserted, a None key and a tuple key passed silently when the filter rejected them."""
