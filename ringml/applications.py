@@ -27,11 +27,15 @@ def covariance_query(
 ) -> Query:
     """Count, Σx and Σxxᵀ over the natural join of ``relations``, without materializing it.
 
-    ``features`` default to every non-join variable.  With ``categorical`` variables the
-    payload is the generalized covariance ring (category-keyed entries, no one-hot blow-up);
-    otherwise the continuous covariance ring of degree ``len(features)``.
+    ``features`` default to every non-join variable that is not free (group-by variables
+    are never lifted).  With ``categorical`` variables the payload is the generalized
+    covariance ring (category-keyed entries, no one-hot blow-up); otherwise the continuous
+    covariance ring of degree ``len(features)``.
     """
-    features = list(features) if features is not None else non_join_variables(relations)
+    free = tuple(free)
+    if features is None:
+        features = [v for v in non_join_variables(relations) if v not in free]
+    features = list(features)
     categorical = [v for v in categorical]
     unknown = set(categorical) - set(features)
     if unknown:
@@ -41,4 +45,4 @@ def covariance_query(
         ring = GeneralizedCovarianceRing(continuous, categorical)
     else:
         ring = CovarianceRing(features)
-    return Query(relations, ring, tuple(free), None, dict(filters or {}))
+    return Query(relations, ring, free, None, dict(filters or {}))

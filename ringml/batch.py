@@ -511,6 +511,8 @@ class BatchPreparer:
             )
         columns = self.query.relations[relation]
         frame = batch.rows
+        if frame.shape == (0, 0):  # no rows at all ([] or {}): nothing names the columns
+            frame = pd.DataFrame({c: np.zeros(0, dtype=np.int64) for c in columns})
         names = frame.columns.tolist()
         # the usual case, the relation's columns in order: no duplicate, missing or extra
         # column, and no hash table of the names (pandas builds one per new frame)
@@ -536,8 +538,14 @@ class BatchPreparer:
             )
         signs = batch.signs()
         if signs.shape != (len(frame),):
+            given = (
+                f"{signs.shape[0]} multiplicities"
+                if signs.ndim == 1
+                else f"multiplicities of shape {signs.shape}"
+            )
             raise BatchError(
-                f"relation {relation!r}: {signs.shape[0]} multiplicities for {len(frame)} rows",
+                f"relation {relation!r}: {given} for {len(frame)} rows (give one per row, as "
+                "a flat sequence)",
                 relation,
                 "multiplicity",
             )

@@ -423,7 +423,7 @@ class Maintainer:
             payload = self._read(store.take(slots))
             support = store.support[slots] if self._ctx.track_support else None
             return Groups(free, codes, payload, support, self.ring, self.decode)
-        at = np.asarray(at, dtype=np.int64)
+        at = _as_codes(at, "groups(at=...)")
         if at.ndim == 1 and len(free) == 1:
             at = at[:, None]
         if at.ndim != 2 or at.shape[1] != len(free):
@@ -490,7 +490,7 @@ class Maintainer:
         if variable not in self._dictionaries:
             raise KeyError(f"unknown variable {variable!r}")
         dictionary = self._dictionaries[variable]
-        codes = np.asarray(codes, dtype=np.int64)
+        codes = _as_codes(codes, f"decode({variable!r}, ...)")
         if codes.size and (codes.min() < 0 or codes.max() >= len(dictionary)):
             bad = codes[(codes < 0) | (codes >= len(dictionary))].flat[0]
             raise KeyError(
@@ -527,7 +527,7 @@ class Maintainer:
         while every value is an integer, else float64 (each value converted once)."""
         if variable not in self._dictionaries:
             raise KeyError(f"unknown variable {variable!r}")
-        codes = np.asarray(codes, dtype=np.int64)
+        codes = _as_codes(codes, f"decode_numbers({variable!r}, ...)")
         if not codes.size:  # also before the dictionary holds any value
             return np.zeros(0, dtype=np.int64)
         return self._dictionaries[variable].numeric(codes)
@@ -866,6 +866,30 @@ class Maintainer:
         first = np.full(len(unique), n, dtype=np.int64)
         np.minimum.at(first, groups, np.arange(n, dtype=np.int64))
         return unique, ring.batch_sum_by(payload, groups, len(unique)), support, first
+
+
+def _as_codes(codes, where: str) -> np.ndarray:
+    """``codes`` as an int64 array; :class:`InputTypeError` for anything but integers (a
+    float 1.5, a bool or the text "1" was cast to a code silently, naming another group).
+    Integral floats pass (codes read back from a float column)."""
+    array = np.asarray(codes)
+    if not array.size or array.dtype.kind in "iu":
+        return array.astype(np.int64)
+    bad = np.ones(array.shape, dtype=bool)
+    if array.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(array) | (array != np.round(array))
+    elif array.dtype.kind == "O":
+        bad = np.frompyfunc(_not_an_integer, 1, 1)(array).astype(bool)
+    if bad.any():
+        raise InputTypeError(
+            f"{where} takes integer codes, got {array.dtype} values such as {array[bad].flat[0]!r}"
+        )
+    return array.astype(np.int64)
+
+
+def _not_an_integer(value) -> bool:
+    return not isinstance(value, numbers.Integral) or isinstance(value, bool | np.bool_)
 
 
 def _cross_product(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:

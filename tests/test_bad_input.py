@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import re
 
 import numpy as np
 import pandas as pd
@@ -798,6 +799,35 @@ def test_multiplicities_beyond_int64_are_refused(multiplicity):
     with pytest.raises(BatchError, match=r"multiplicity .* \(row 0\) is beyond int64"):
         m.apply(rm.UpdateBatch("R", pd.DataFrame({"A": [1]}), multiplicity))
     assert m.result() == 0
+
+
+@pytest.mark.parametrize("strategy", ["fivm", "first_order", "higher_order", "recompute"])
+@pytest.mark.parametrize("multiplicity", [2, np.int64(-1), [[1, 1]], np.ones((2, 1), int)])
+def test_multiplicities_not_one_per_row_are_refused_naming_their_shape(strategy, multiplicity):
+    """A scalar multiplicity (UpdateBatch(R, rows, 2)) raised a bare IndexError reading its
+    length; a (1, 2) array was reported as '1 multiplicities for 2 rows'."""
+    m = rm.Maintainer(rm.Query({"R": ["A"]}, IntegerRing()), strategy=strategy)
+    m.insert("R", pd.DataFrame({"A": [1]}))
+    shape = np.shape(multiplicity)
+    with pytest.raises(BatchError, match=rf"multiplicities of shape {re.escape(str(shape))}"):
+        m.apply(rm.UpdateBatch("R", pd.DataFrame({"A": [1, 2]}), multiplicity))
+    assert m.result() == 1 and m.tuples_applied == 1
+
+
+@pytest.mark.parametrize("strategy", ["fivm", "first_order", "higher_order", "recompute"])
+@pytest.mark.parametrize("empty", [[], {}, pd.DataFrame()])
+def test_no_rows_given_without_columns_are_an_empty_batch(strategy, empty):
+    """An empty list of records (a stream's quiet micro-batch), {} or a bare DataFrame()
+    has no columns: it was refused as 'missing' every column, the loading of a static
+    relation included, where rows with the columns but none of them were a no-op."""
+    query = rm.natural_join_query({"R": ["a", "b"], "S": ["b", "c"]}, free=["a"])
+    m = rm.Maintainer(query, strategy=strategy, updatable=["R"])
+    m.load("S", empty)
+    m.load("S", {"b": [1, 1], "c": [5, 6]})
+    m.insert("R", {"a": ["x", "y"], "b": [1, 1]})
+    assert not m.insert("R", empty) and not m.delete("R", empty)
+    m.apply([rm.UpdateBatch("R", empty, [])])
+    assert m.result() == {("x",): 2, ("y",): 2} and m.tuples_applied == 4
 
 
 def test_rows_a_filter_drops_are_still_checked():

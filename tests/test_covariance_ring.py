@@ -847,3 +847,37 @@ def test_a_delete_of_inserted_rows_cancels_them_exactly_in_one_group():
     assert count == 3
     np.testing.assert_array_equal(sums, x.sum(axis=0))
     np.testing.assert_array_equal(q, x.T @ x)
+
+
+@pytest.mark.parametrize("categorical", [(), ("colour",)])
+def test_covariance_query_grouped_by_a_non_join_variable_leaves_it_out_of_the_features(
+    categorical,
+):
+    """``covariance_query(relations, free=["city"])`` lifted every non-join variable by
+    default, the free ``city`` too, and the query was refused ("free variables are never
+    lifted"); the default features are the non-join variables that are not free."""
+    import pandas as pd
+
+    import ringml as rm
+
+    relations = {"Sales": ["store", "units", "colour"], "Stores": ["store", "city", "size"]}
+    query = rm.covariance_query(relations, categorical=categorical, free=["city"])
+    m = rm.Maintainer(query)
+    sales = pd.DataFrame(
+        {"store": [1, 1, 2, 3], "units": [3.0, 1.0, 7.0, 2.0], "colour": [0, 1, 1, 0]}
+    )
+    stores = pd.DataFrame({"store": [1, 2, 3], "city": ["Oslo", "Rome", "Oslo"]})
+    stores["size"] = [120.0, 300.0, 80.0]
+    m.insert("Sales", sales)
+    m.insert("Stores", stores)
+    joined = sales.merge(stores, on="store")
+    features = ["units", "size"] if categorical else ["units", "colour", "size"]
+    assert set(m.result()) == {("Oslo",), ("Rome",)}
+    for (city,), payload in m.result().items():
+        rows = joined[joined["city"] == city]
+        if categorical:
+            assert payload.count == len(rows)
+            continue
+        count, sums, _ = query.ring.moments(payload)
+        assert count == len(rows)
+        np.testing.assert_allclose(sums, rows[features].sum().to_numpy())

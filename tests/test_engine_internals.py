@@ -475,6 +475,32 @@ def test_decode_refuses_codes_it_has_no_value_for():
             m.decode("A", codes)
 
 
+@pytest.mark.parametrize("strategy", ["fivm", "first_order", "higher_order", "recompute"])
+@pytest.mark.parametrize("codes", [[0.9], [1.5], [True], ["1"], [None], [np.inf]])
+def test_codes_that_are_not_integers_are_refused(strategy, codes):
+    """groups(at=...), decode and decode_numbers cast codes with np.asarray(dtype=int64):
+    0.9 read as code 0, 1.5 and True as code 1 and the text "1" as code 1, so another
+    group's payload and value came back silently; None raised a bare TypeError."""
+    from ringml.rings import IntegerRing
+
+    from ringml.errors import InputTypeError
+    from ringml.query import Query
+
+    m = Maintainer(Query({"R": ["A", "B"]}, IntegerRing(), free=["A"]), strategy=strategy)
+    m.insert("R", pd.DataFrame({"A": [10, 20, 20], "B": [1, 1, 2]}))
+    for read in (
+        lambda: m.groups(at=np.asarray(codes, dtype=object).reshape(-1, 1)),
+        lambda: m.groups(at=codes),
+        lambda: m.decode("A", codes),
+        lambda: m.decode_numbers("A", codes),
+    ):
+        with pytest.raises(InputTypeError, match="integer codes"):
+            read()
+    whole = m.codes_of("A", [20, 10]).astype(float)  # integral floats are codes
+    assert m.decode("A", whole).tolist() == [20, 10]
+    assert m.groups(at=whole).support.tolist() == [2, 1]
+
+
 def test_codes_of_and_groups_matching_take_mixed_lists_as_they_are():
     """A list mixing types went through np.asarray: ["a", 1] became the texts "a", "1" (the
     code of the group "1", not of 1) and [2**53 + 1, 0.5] floats (2**53: no code)."""
