@@ -7,8 +7,8 @@ and CTEs without aggregates (inlined).  WHERE/ON conjuncts that are selections o
 item or equalities between expressions of two items (joins: union-find of join terms, one
 query variable per class) run in the engine; items joined by no equality form a Cartesian
 product of connected pieces.  Group-by keys are expressions of one item (a constant groups
-nothing; ``GROUP BY ()`` alone is one group of every row, as no GROUP BY; a key that can be NULL holds its kind's fill there, and its NULL indicator is a key
-of its own).
+nothing; ``GROUP BY ()`` alone is one group of every row, as no GROUP BY; a key that can be
+NULL holds its kind's fill there, and its NULL indicator is a key of its own).
 ``COUNT``/``SUM``/``AVG`` take expressions over any items: each argument is expanded into a
 sum of products of per-item factors (NULLs tracked by a second such sum), so each distinct
 product becomes one ring component.
