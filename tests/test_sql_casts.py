@@ -254,3 +254,15 @@ def test_a_cast_beyond_its_type_rejects_the_batch_naming_the_value(sql, value):
     with pytest.raises(BatchError, match=r"overflows [A-Z]+.*: " + re.escape(repr(value))):
         db.insert("R", rows.to_dict("list"))
     assert db.view("v").to_pandas().empty
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_decimal_arithmetic_to_bigint_rounds_half_away_as_duckdb(strategy):
+    """``0.5 * a`` is a DECIMAL in DuckDB (a decimal literal times a BIGINT), rounded half
+    away from zero by CAST; it was rounded as a DOUBLE, half to even (CAST(0.5 * 1) was 0)."""
+    sql = (
+        "SELECT a, CAST(0.5 * a AS BIGINT) AS h, CAST(-(a * 2.5) AS BIGINT) AS n, "
+        "CAST(a - 0.5 AS BIGINT) AS m, CAST(a / 2 AS BIGINT) AS d, CAST(x * 0.5 AS BIGINT) AS f "
+        "FROM R"
+    )
+    same_as_duckdb(sql, frame(a=[1, 3, -1, 5, 0, 2], x=[1.0, 5.0, -1.0, 3.0, 0.0, 2.0]), strategy)

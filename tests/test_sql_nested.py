@@ -369,3 +369,24 @@ def test_in_a_subquery_of_a_constant_follows_duckdb(sql, strategy):
         assert sorted(map(tuple, view.to_pandas().values.tolist())) == expected, step
         db.delete("S", tables["S"])
         tables["S"] = tables["S"].iloc[0:0]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_batch_feeding_a_derived_table_and_a_subquery_follows_duckdb(strategy):
+    """A batch changing both an aggregate derived table and a subquery of a view whose
+    result is kept: the derived table's rows-before (None) overwrote the set of changed
+    subqueries read before the batch, and the refresh failed with a TypeError."""
+    import pandas as pd
+
+    sql = (
+        "SELECT COUNT(DISTINCT t.v) AS n FROM (SELECT id, v FROM A GROUP BY id, v) t "
+        "WHERE NOT EXISTS (SELECT * FROM A u WHERE u.v = t.id)"
+    )
+    db = Database("CREATE TABLE A (id BIGINT, v BIGINT)")
+    view = db.create_view("v", sql, strategy=strategy)
+    batches = [pd.DataFrame({"id": [5], "v": [7]}), pd.DataFrame({"id": [1, 2], "v": [0, 1]})]
+    for i, batch in enumerate(batches):  # the first read keeps the result; the second batch
+        db.insert("A", batch)  # changes the derived table and the subquery
+        rows = pd.concat(batches[: i + 1], ignore_index=True)
+        expected = duckdb_results({"v": sql}, {"A": rows})["v"]
+        assert_same_rows(view.to_pandas(), expected, f"{strategy}, batch {i}")

@@ -27,7 +27,7 @@ from sql_oracle import (
 )
 
 from ringml import BatchError, UpdateBatch
-from ringml.sql import Database
+from ringml.sql import Database, SqlError
 
 SCHEMA = """
 CREATE TABLE R (a INTEGER, b INTEGER, x DOUBLE);
@@ -351,3 +351,48 @@ def run_stream(initial, steps, views=VIEWS, check=check_views, strategies=STRATE
         after = check(databases, tables, f"step {i} ({kind})")
         assert_published_diffs(diffs, before, after, f"step {i} ({kind})")
         before = after
+
+
+#: aggregates whose argument opens with a call sqlglot records no name of (CAST, EXTRACT),
+#: and a non-integer constant in GROUP BY (a constant, not an ordinal)
+CALL_ARGUMENTS = {
+    "cast": (
+        "SELECT S.c, MIN(CAST(S.y AS DOUBLE)) AS lo, MAX(CAST(R.a AS DOUBLE)) AS hi, "
+        "AVG(CAST(S.y AS DOUBLE)) AS m, COUNT(CAST(R.x AS BIGINT)) AS n "
+        "FROM R JOIN S ON R.b = S.b GROUP BY S.c"
+    ),
+    "extract": "SELECT MAX(EXTRACT(year FROM d)) AS hi, MIN(EXTRACT(month FROM d)) AS lo FROM T",
+    "constant_key": "SELECT 2.0 AS two, b, COUNT(*) AS n FROM R GROUP BY 2.0, b",
+}
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_aggregates_of_calls_and_constant_keys_follow_duckdb(strategy):
+    """MIN/MAX/AVG(CAST(...)) took the inner call's written name for the aggregate (CAST:
+    read as a SUM) and GROUP BY 2.0 failed with a ValueError; now both follow DuckDB."""
+    tables = {
+        "R": [(0, 1, 0.5), (3, 1, -1.25), (2, 2, 2.0), (1, 2, 0.5)],
+        "S": [(1, "a", 5), (1, "a", 2), (2, "b", 0)],
+        "T": [("a", pd.Timestamp("2019-12-31"), 0.5), ("b", pd.Timestamp("2021-03-01"), 2.0)],
+        "E": [],
+    }
+    db = Database(SCHEMA)
+    for name, sql in CALL_ARGUMENTS.items():
+        db.create_view(name, sql, strategy=strategy)
+    for table, rows in tables.items():
+        if rows:
+            db.insert(table, frame(table, rows))
+    for step in range(2):
+        expected = duckdb_results(CALL_ARGUMENTS, current_frames(tables))
+        for name in CALL_ARGUMENTS:
+            assert_same_rows(db.view(name).to_pandas(), expected[name], f"{name}, {step}")
+        gone = {"R": tables["R"][1:2], "S": tables["S"][:1], "T": tables["T"][1:]}
+        db.apply([UpdateBatch.deletes(t, frame(t, rows)) for t, rows in gone.items()])
+        for table, rows in gone.items():
+            apply_to_copy(tables, [("-", table, rows)])
+
+
+def test_order_by_a_non_integer_constant_is_refused_by_name():
+    """ORDER BY 1.5 orders nothing (DuckDB refuses it); it failed with a ValueError."""
+    with pytest.raises(SqlError, match="ORDER BY 1.5"):
+        Database(SCHEMA).create_view("v", "SELECT a FROM R ORDER BY 1.5, a")

@@ -545,6 +545,8 @@ class Binder:
     def aggregate(self, node: Any, context: Context) -> Expr:
         e = self.exp
         written = function_name(self.text, node)
+        if type(node).__name__ in _AGGREGATES and str(written).upper() not in node.sql_names():
+            written = None  # the name of a call in the argument (MIN(CAST(x AS ...)): CAST)
         name = (written or type(node).__name__).upper()
         if context.aggregates is None:
             where = (
@@ -565,7 +567,7 @@ class Binder:
             )
         argument = node.this
         inner = Context(context.scope, None, "aggregate", context.aliases)
-        function = name.lower()
+        function = _AGGREGATES[type(node).__name__]
         if isinstance(argument, e.Distinct):
             if len(argument.expressions) != 1:
                 raise self.unsupported(f"{name}(DISTINCT ...) of several values", node, "DISTINCT")
@@ -585,6 +587,9 @@ class Binder:
             return _of_nothing(function, ir.kind)
         return context.aggregates.add(function, ir, node)
 
+
+#: the aggregate functions of a view, by sqlglot node class
+_AGGREGATES = {"Count": "count", "Sum": "sum", "Avg": "avg", "Min": "min", "Max": "max"}
 
 #: integer CAST targets narrower than BIGINT (sqlglot's names): their bits
 _INTEGER_BITS = {"TINYINT": 8, "SMALLINT": 16, "INT": 32}

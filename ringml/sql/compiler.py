@@ -1038,7 +1038,7 @@ class _Compiler(Binder):
 
     def group_expression(self, node: Any, scope: Scope, items, aliases) -> Expr:
         e = self.exp
-        if isinstance(node, e.Literal) and not node.is_string:
+        if isinstance(node, e.Literal) and node.is_int:  # an ordinal (2.0 is a constant)
             k = int(node.this)
             if not 1 <= k <= len(items):
                 raise SqlSemanticError(
@@ -1102,6 +1102,12 @@ class _Compiler(Binder):
         keys = []
         for ordered in order.expressions:
             node = ordered.this
+            if isinstance(node, e.Literal) and not node.is_string and not node.is_int:
+                raise SqlSemanticError(
+                    f"ORDER BY {node.this}: a non-integer constant orders nothing",
+                    self.pos(node),
+                    node.this,
+                )
             if isinstance(node, e.Literal) and not node.is_string:
                 k = int(node.this)
                 if not 1 <= k <= len(outputs):

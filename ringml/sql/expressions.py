@@ -680,10 +680,7 @@ class Cast(_Typed):
             x = pd.to_numeric(pd.Series(_filled(v, null, source))).to_numpy()
             if x.dtype.kind == "f":
                 # DuckDB rounds a DOUBLE half to even, a DECIMAL (a decimal literal) half away
-                decimal_ = isinstance(self.operand, Lit) or (
-                    isinstance(self.operand, Cast) and self.operand.scale is not None
-                )
-                x = _round_half_away(x) if decimal_ else np.rint(x)
+                x = _round_half_away(x) if _duckdb_decimal(self.operand) else np.rint(x)
                 if not np.all(np.abs(x) < 2.0**63):
                     raise EvaluationError(f"{self.sql()} overflows BIGINT")
             return x.astype(np.int64)
@@ -788,6 +785,21 @@ def _case_table(name: str) -> dict[int, str]:
             table[code] = mapped
     table.update({0xDF: "\u1e9e"} if name == "upper" else {0x130: "i"})
     return table
+
+
+def _duckdb_decimal(x: Expr) -> bool:
+    """Whether DuckDB types ``x`` DECIMAL: a decimal literal, a CAST to DECIMAL, and ``+ - *``
+    or a negation of those and integers (``0.5 * n``; ``/`` and DOUBLE operands give DOUBLE)."""
+    if isinstance(x, Lit | Cast):
+        return isinstance(x, Lit) and x.type == "float" or getattr(x, "scale", None) is not None
+    if isinstance(x, Neg):
+        return _duckdb_decimal(x.operand)
+    if isinstance(x, Arith) and x.op != "/":
+        sides = (x.left, x.right)
+        return all(s.kind == "int" or _duckdb_decimal(s) for s in sides) and any(
+            _duckdb_decimal(s) for s in sides
+        )
+    return False
 
 
 def _round_half_away(x: np.ndarray) -> np.ndarray:

@@ -792,9 +792,9 @@ class View:
             for table, view in self.derived:
                 if not set(view.plan.tables) & set(changes):
                     continue
-                before = view._rows_before()
+                rows_before = view._rows_before()  # not ``before``: the subqueries' set
                 applied.extend(view._apply(changes, loading))
-                diff = view._changes(before)
+                diff = view._changes(rows_before)
                 if diff is not None and len(diff):
                     rows = table_columns(table, view.plan, diff)
                     derived[table] = (rows, diff[diff.columns[-1]].to_numpy(np.int64))
