@@ -47,6 +47,8 @@ CASES = [
     ("SELECT a FROM R WHERE a + 1", SqlTypeError, "WHERE", (1, 23)),
     ("SELECT a FROM R WHERE c LIKE 'x%'", SqlNameError, "c", (1, 23)),
     ("SELECT c FROM S WHERE c LIKE 5", SqlUnsupportedError, None, (1, 23)),
+    ("SELECT c FROM S WHERE c LIKE 'a!' ESCAPE '!'", SqlSemanticError, "ESCAPE", (1, 23)),
+    ("SELECT c FROM S WHERE c LIKE 'a' ESCAPE '!!'", SqlSemanticError, "ESCAPE", (1, 41)),
     ("SELECT MAX(R.x + S.y) FROM R JOIN S ON R.b = S.b", SqlUnsupportedError,
      "MAX over several tables", (1, 8)),
     ("SELECT a, STDDEV(x) FROM R GROUP BY a", SqlUnsupportedError, "the aggregate STDDEV",

@@ -111,6 +111,11 @@ VIEWS = {
         [],
     ),
     "distinct": ("SELECT DISTINCT S.c FROM R JOIN S ON R.b = S.b", []),
+    "like_escape": (
+        "SELECT S.c, COUNT(*) AS n FROM S WHERE S.c LIKE 'a!%' ESCAPE '!' "
+        "OR S.c NOT ILIKE '%!_' ESCAPE '!' GROUP BY S.c",
+        [],
+    ),
     "linear": (
         "SELECT R.a, SUM(R.x + S.y) AS s1, SUM(R.x - 2 * S.y) AS s2 FROM R JOIN S "
         "ON R.b = S.b GROUP BY R.a",

@@ -9,6 +9,7 @@ compiler, which adds FROM, WHERE, GROUP BY and the rest.
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 from dataclasses import dataclass, field
 from typing import Any
@@ -199,9 +200,7 @@ class Binder:
             if isinstance(operand, InList):
                 return InList(operand.operand, operand.values, not operand.negate)
             if isinstance(operand, Like):
-                return Like(
-                    operand.operand, operand.pattern, not operand.negate, operand.case_sensitive
-                )
+                return dataclasses.replace(operand, negate=not operand.negate)
             if isinstance(operand, IsNull):
                 return IsNull(operand.operand, not operand.negate)
             return fold(Not(operand))
@@ -235,19 +234,11 @@ class Binder:
                 values.append(ir)
             return fold(InList(x, tuple(values)))
         if isinstance(node, (e.Like, e.ILike)):
-            x = self.expr(node.this, context)
-            require(x, ("str",), "LIKE", pos)
-            pattern = fold(self.expr(node.expression, context))
-            if isinstance(pattern, Lit) and pattern.value is None:  # x LIKE NULL: NULL
-                return Lit(None, "bool")
-            if not (isinstance(pattern, Lit) and isinstance(pattern.value, str)):
-                raise self.unsupported("LIKE with a pattern that is not a string constant", node)
-            if node.args.get("escape") is not None:
-                raise self.unsupported("LIKE ... ESCAPE", node, "ESCAPE")
-            negate = bool(node.args.get("negate"))
-            return fold(Like(x, pattern.value, negate, isinstance(node, e.Like)))
+            return self.like(node, None, context)
+        if isinstance(node, e.Escape) and isinstance(node.this, (e.Like, e.ILike)):
+            return self.like(node.this, node.expression, context)
         if isinstance(node, e.Escape):
-            raise self.unsupported("LIKE ... ESCAPE", node, "ESCAPE")
+            raise self.unsupported("ESCAPE outside LIKE", node, "ESCAPE")
         if isinstance(node, e.Is):
             if isinstance(node.expression, e.Null):
                 return IsNull(self.expr(node.this, context))
@@ -541,6 +532,36 @@ class Binder:
             return fold(Func(name, (x,), x.kind))
         require(x, ("str",), name.upper(), pos)
         return fold(Func(name, (x,), "int" if name == "length" else "str"))
+
+    def like(self, node: Any, escape_node: Any, context: Context) -> Expr:
+        """``x [NOT] [I]LIKE pattern [ESCAPE escape]`` with constant pattern and escape."""
+        e = self.exp
+        pos = self.pos(node)
+        x = self.expr(node.this, context)
+        require(x, ("str",), "LIKE", pos)
+        pattern = fold(self.expr(node.expression, context))
+        escape = Lit("", "str") if escape_node is None else fold(self.expr(escape_node, context))
+        if any(isinstance(c, Lit) and c.value is None for c in (pattern, escape)):
+            return Lit(None, "bool")  # x LIKE NULL, ... ESCAPE NULL: NULL
+        for what, value in (("a pattern", pattern), ("an ESCAPE", escape)):
+            if not (isinstance(value, Lit) and isinstance(value.value, str)):
+                raise self.unsupported(f"LIKE with {what} that is not a string constant", node)
+        if len(escape.value) > 1:
+            raise SqlSemanticError(
+                f"ESCAPE {escape.value!r}: the escape is one character (or empty)",
+                self.pos(escape_node),
+                "ESCAPE",
+            )
+        text = pattern.value
+        escaped = len(text) - len(text.rstrip(escape.value)) if escape.value else 0
+        if escaped % 2:  # an odd run of escapes at the end: the last one escapes nothing
+            raise SqlSemanticError(
+                f"LIKE pattern {pattern.value!r} ends with its escape character",
+                pos,
+                "ESCAPE",
+            )
+        negate = bool(node.args.get("negate"))
+        return fold(Like(x, pattern.value, negate, isinstance(node, e.Like), escape.value))
 
     def aggregate(self, node: Any, context: Context) -> Expr:
         e = self.exp

@@ -418,12 +418,14 @@ class InList(Expr):
 
 @dataclass(frozen=True)
 class Like(Expr):
-    """``operand [NOT] [I]LIKE pattern`` (``%`` any run, ``_`` one character)."""
+    """``operand [NOT] [I]LIKE pattern [ESCAPE escape]`` (``%`` any run, ``_`` one
+    character; the escape character, when given, makes the next one literal)."""
 
     operand: Expr
     pattern: str
     negate: bool = False
     case_sensitive: bool = True
+    escape: str = ""
 
     @property
     def kind(self) -> str:
@@ -432,17 +434,31 @@ class Like(Expr):
     def sql(self) -> str:
         word = "LIKE" if self.case_sensitive else "ILIKE"
         pattern = self.pattern.replace("'", "''")
-        return f"({self.operand.sql()} {'NOT ' if self.negate else ''}{word} '{pattern}')"
+        escape = " ESCAPE '{}'".format(self.escape.replace("'", "''")) if self.escape else ""
+        return f"({self.operand.sql()} {'NOT ' if self.negate else ''}{word} '{pattern}'{escape})"
 
     def evaluate(self, env, n):
         v, null = self.operand.evaluate(env, n)
-        regex = "".join(
-            ".*" if ch == "%" else "." if ch == "_" else re.escape(ch) for ch in self.pattern
-        )
+        regex = like_regex(self.pattern, self.escape)
         text = pd.Series(_filled(v, null, "str"), dtype=object)
         hit = text.str.fullmatch(regex, case=self.case_sensitive, flags=re.DOTALL)
         hit = hit.fillna(False).to_numpy(dtype=bool)
         return (~hit if self.negate else hit), null
+
+
+def like_regex(pattern: str, escape: str = "") -> str:
+    """The regular expression of a LIKE pattern (``escape``: "" or one character, which the
+    pattern does not end with)."""
+    parts, literal = [], False
+    for ch in pattern:
+        if literal or ch not in ("%", "_", escape):
+            parts.append(re.escape(ch))
+            literal = False
+        elif ch == escape:
+            literal = True
+        else:
+            parts.append(".*" if ch == "%" else ".")
+    return "".join(parts)
 
 
 @dataclass(frozen=True)
