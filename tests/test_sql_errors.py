@@ -102,6 +102,9 @@ CASES = [
     ("SELECT b FROM S WHERE string_agg(c, ',') = 'a'", SqlSemanticError, "STRING_AGG",
      (1, 23)),
     ("SELECT a, COUNT(*) FROM R GROUP BY b", SqlSemanticError, "a", (1, 8)),
+    # a negative ordinal is out of range, as DuckDB says (it was a constant, grouping nothing)
+    ("SELECT COUNT(*) FROM R GROUP BY -1", SqlSemanticError, "-1", (1, 34)),
+    ("SELECT a FROM R ORDER BY (-1)", SqlSemanticError, "-1", (1, 28)),
     ("SELECT a FROM R WHERE SUM(x) > 1", SqlSemanticError, "SUM", (1, 23)),
     ("SELECT SUM(COUNT(*)) FROM R", SqlSemanticError, "COUNT", (1, 12)),
     ("SELECT a FROM R r1, R r1", SqlSemanticError, "r1", (1, 21)),

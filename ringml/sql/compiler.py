@@ -1038,6 +1038,13 @@ class _Compiler(Binder):
 
     def group_expression(self, node: Any, scope: Scope, items, aliases) -> Expr:
         e = self.exp
+        negative = _negative_ordinal(e, node)
+        if negative is not None:  # out of range, as DuckDB says (not a constant)
+            raise SqlSemanticError(
+                f"GROUP BY {negative}: there are {len(items)} output columns",
+                self.pos(node),
+                negative,
+            )
         if isinstance(node, e.Literal) and node.is_int:  # an ordinal (2.0 is a constant)
             k = int(node.this)
             if not 1 <= k <= len(items):
@@ -1102,6 +1109,13 @@ class _Compiler(Binder):
         keys = []
         for ordered in order.expressions:
             node = ordered.this
+            negative = _negative_ordinal(e, node)
+            if negative is not None:
+                raise SqlSemanticError(
+                    f"ORDER BY {negative}: there are {len(outputs)} output columns",
+                    self.pos(node),
+                    negative,
+                )
             if isinstance(node, e.Literal) and not node.is_string and not node.is_int:
                 raise SqlSemanticError(
                     f"ORDER BY {node.this}: a non-integer constant orders nothing",
@@ -1326,6 +1340,16 @@ def _ancestors(node: Any, stop: Any):
     while node is not None and node is not stop:
         yield node
         node = node.parent
+
+
+def _negative_ordinal(e: Any, node: Any) -> str | None:
+    """``-k`` (in parentheses or not) for an integer ``k``: an ordinal out of range, as DuckDB
+    reads it; None for anything else."""
+    while isinstance(node, e.Paren):
+        node = node.this
+    if isinstance(node, e.Neg) and isinstance(node.this, e.Literal) and node.this.is_int:
+        return f"-{node.this.this}"
+    return None
 
 
 def _is_empty_grouping_set(e: Any, node: Any) -> bool:
