@@ -1335,26 +1335,14 @@ class MinMaxView:
             data = column.to_numpy(dtype=column.dtype.kind + "8", na_value=0)
             if data.dtype.kind == "u" and data.size and int(data.max()) > INT64_MAX:
                 value = int(data.max())
-                raise BatchError(
-                    f"{self.name}: relation {self.relation!r}, column {name!r}: value "
-                    f"{value!r} does not fit int64",
-                    self.relation,
-                    name,
-                    value,
-                )
+                raise self._value_error(name, value, "does not fit int64")
             return data.astype(np.int64, copy=False), present, "int"
         if column.dtype.kind == "f" or column.dtype == object:
             numbers = pd.to_numeric(column, errors="coerce").to_numpy(np.float64)
             bad = present & ~np.isfinite(numbers)
             if bad.any():
                 value = column[bad].iloc[0]
-                raise BatchError(
-                    f"{self.name}: relation {self.relation!r}, column {name!r}: value "
-                    f"{value!r} is not a finite number",
-                    self.relation,
-                    name,
-                    value,
-                )
+                raise self._value_error(name, value, "is not a finite number")
             return np.where(present, numbers, 0.0), present, "float"
         raise BatchError(
             f"{self.name}: relation {self.relation!r}, column {name!r} holds {column.dtype} "
@@ -1363,19 +1351,22 @@ class MinMaxView:
             name,
         )
 
+    def _value_error(self, name: str, value: Any, what: str) -> BatchError:
+        """The error of a value of column ``name`` that this view cannot take."""
+        return BatchError(
+            f"{self.name}: relation {self.relation!r}, column {name!r}: value {value!r} {what}",
+            self.relation,
+            name,
+            value,
+        )
+
     def _exact_integers(self, column: pd.Series, present: np.ndarray, name: str) -> pd.Series:
         """An object column of Python integers (and NULLs) as nullable Int64, exactly."""
         try:
             return pd.Series(pd.array(column.where(present, None).tolist(), dtype="Int64"))
         except (OverflowError, TypeError, ValueError):
             value = max(column[present].tolist(), key=abs)
-            raise BatchError(
-                f"{self.name}: relation {self.relation!r}, column {name!r}: value "
-                f"{value!r} does not fit int64",
-                self.relation,
-                name,
-                value,
-            ) from None
+            raise self._value_error(name, value, "does not fit int64") from None
 
     def _kind_of(self, name: str, seen: set[str | None]) -> str | None:
         """The kind of a value column after a batch: integers turn float with the first
